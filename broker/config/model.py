@@ -1,0 +1,161 @@
+"""The loaded configuration: frozen, typed dataclasses, one per AMPS element that the broker uses.
+
+Units are already applied: intervals are float seconds, sizes are int bytes. ``line`` fields remember
+where an element was defined so later errors (an unknown KeyGenerator, a port in use) can name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from broker.errors import ConfigIssue
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+#: The maximum AMPS frame the broker accepts unless a Transport sets <MaxMessageSize>.
+DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+#: Outbound bytes buffered for one client before it is disconnected as a slow client.
+DEFAULT_CLIENT_BUFFER = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where an element was defined: file, line and element path."""
+
+    file: str = ""
+    line: int = 0
+    path: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.path}" if self.line else f"{self.file}: {self.path}"
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """``<Admin>``: the HTTP admin server (metrics, /amps statistics tree)."""
+
+    host: str = "0.0.0.0"
+    port: int = 8085
+    interval: float = 10.0
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """``<Transports><Transport>``: one listener."""
+
+    name: str
+    type: str = "tcp"
+    host: str = "0.0.0.0"
+    port: int = 9007
+    protocol: str = "amps"
+    #: ``None``: the client's URI (``/amps/json``) chooses the message type.
+    message_type: str | None = None
+    #: Largest frame accepted (``<MaxMessageSize>``, a broker extension); bigger frames close the connection.
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    #: ``<MessageMemoryLimit>`` per client: outbound bytes buffered before the client is disconnected.
+    client_buffer: int = DEFAULT_CLIENT_BUFFER
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class ModuleConfig:
+    """``<Modules><Module>``: a plugin module loaded by dotted path or ``.py`` file."""
+
+    name: str
+    library: str
+    options: Mapping[str, str] = _EMPTY
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    """A ``<Module>`` + ``<Options>`` pair naming a registered plugin (KeyGenerator, action steps)."""
+
+    module: str
+    options: Mapping[str, str] = _EMPTY
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """``<History>`` of a SOW topic (historical SOW queries)."""
+
+    window: float
+    granularity: float = 0.0
+
+
+@dataclass(frozen=True)
+class SowTopicConfig:
+    """``<SOW><Topic>`` (or legacy ``<TopicDefinition>``)."""
+
+    name: str
+    message_type: str
+    keys: tuple[str, ...] = ()
+    key_domain: str | None = None
+    key_generator: PluginRef | None = None
+    #: ``FileName`` with ``%n`` replaced by the topic name; ``None`` when unset.
+    file_name: str | None = None
+    durability: str = "persistent"  # or "transient"
+    #: ``None`` when Expiration is disabled/absent; ``0.0`` when ``enabled`` without a default;
+    #: otherwise the default lifetime in seconds.
+    expiration: float | None = None
+    history: HistoryConfig | None = None
+    where: Where = field(default_factory=Where)
+
+    @property
+    def expiration_enabled(self) -> bool:
+        """Whether messages on this topic may expire."""
+        return self.expiration is not None
+
+
+@dataclass(frozen=True)
+class LoggedTopic:
+    """``<TransactionLog><Topic>``: topics recorded, by literal name or regex, with a message type."""
+
+    name: str
+    message_type: str
+
+
+@dataclass(frozen=True)
+class TransactionLogConfig:
+    """``<TransactionLog>``."""
+
+    journal_directory: str
+    journal_archive_directory: str | None = None
+    preallocated_journal_files: int = 2
+    journal_size: int = 1024 * 1024 * 1024
+    min_journal_size: int = 10 * 1024 * 1024
+    flush_interval: float = 0.1
+    topics: tuple[LoggedTopic, ...] = ()
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """``<Actions><Action>``: On trigger, optional If gates, Do steps."""
+
+    on: tuple[PluginRef, ...]
+    if_: tuple[PluginRef, ...] = ()
+    do: tuple[PluginRef, ...] = ()
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole, validated configuration."""
+
+    name: str
+    source: str = ""
+    admin: AdminConfig | None = None
+    transports: tuple[TransportConfig, ...] = ()
+    modules: tuple[ModuleConfig, ...] = ()
+    sow_topics: tuple[SowTopicConfig, ...] = ()
+    transaction_log: TransactionLogConfig | None = None
+    actions: tuple[ActionConfig, ...] = ()
+    #: Elements AMPS defines that the broker does not support yet, and other non-fatal notes.
+    warnings: tuple[ConfigIssue, ...] = ()
+    #: The fully expanded XML text (``${VAR}`` and ``<Include>`` resolved), as ``--dump-config`` prints.
+    expanded_xml: str = ""

@@ -1,0 +1,249 @@
+"""The plugin manager: finds plugins, collects what they register, and hands the kernel plain objects.
+
+A typed facade over pluggy (after tox 4): one method per hook, each calling every implementation with a
+:class:`Registry` scoped to that plugin so a duplicate name is reported with both plugins' names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from broker import hookspecs
+from broker.errors import PluginError
+
+ENTRY_POINT_GROUP = "broker"
+
+#: The registries, by the hook that fills them.
+KINDS = {
+    "key generator": "broker_register_key_generators",
+    "storage engine": "broker_register_storage_engines",
+    "action": "broker_register_actions",
+    "filter function": "broker_register_filter_functions",
+}
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One named factory and where it came from."""
+
+    name: str
+    factory: Any
+    plugin: str
+    source: str
+    description: str = ""
+
+
+class Registry:
+    """Named factories of one kind (key generators, storage engines, ...).
+
+    Plugins receive a view of it scoped to themselves and call :meth:`add`.
+    """
+
+    def __init__(self, kind: str, *, case_insensitive: bool = False) -> None:
+        self.kind = kind
+        self._case_insensitive = case_insensitive
+        self._entries: dict[str, Registration] = {}
+        self._plugin = "<unknown>"
+        self._source = ""
+
+    def _norm(self, name: str) -> str:
+        return name.upper() if self._case_insensitive else name
+
+    def add(self, name: str, factory: Any, *, description: str = "") -> None:
+        """Register ``factory`` under ``name``.
+
+        Raises:
+            PluginError: another plugin already registered ``name``.
+        """
+        key = self._norm(name)
+        if key in self._entries:
+            other = self._entries[key]
+            raise PluginError(
+                f"{self.kind} {name!r} is registered twice: by plugin {other.plugin!r} ({other.source}) "
+                f"and by plugin {self._plugin!r} ({self._source}). Uninstall or rename one of them."
+            )
+        self._entries[key] = Registration(name, factory, self._plugin, self._source, description)
+
+    def get(self, name: str, *, where: str = "") -> Any:
+        """The factory registered as ``name``.
+
+        Raises:
+            PluginError: nothing is registered under that name; the message lists what is installed.
+        """
+        try:
+            return self._entries[self._norm(name)].factory
+        except KeyError:
+            installed = ", ".join(sorted(e.name for e in self._entries.values())) or "none"
+            at = f" in {where}" if where else ""
+            raise PluginError(
+                f"Unknown {self.kind} {name!r}{at}. Installed: {installed}. "
+                "Is the plugin installed, or loaded in <Modules>?"
+            ) from None
+
+    def __contains__(self, name: str) -> bool:
+        return self._norm(name) in self._entries
+
+    def __iter__(self) -> Iterator[Registration]:
+        return iter(sorted(self._entries.values(), key=lambda r: r.name))
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(r.name for r in self._entries.values())
+
+
+def _load_module(library: str, *, base_dir: Path | None = None) -> ModuleType:
+    """Import ``library``: a dotted module path, or a ``.py`` file (relative to ``base_dir``)."""
+    if library.endswith(".py") or "/" in library or "\\" in library:
+        path = Path(library)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_file():
+            raise PluginError(f"Module file {str(path)!r} does not exist. Check <Library> in <Modules>.")
+        mod_name = f"broker_module_{path.stem}_{abs(hash(str(path.resolve()))):x}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise PluginError(f"Cannot load {str(path)!r} as a Python module.")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise PluginError(f"Module file {str(path)!r} failed to import: {exc!r}") from exc
+        return module
+    try:
+        return importlib.import_module(library)
+    except ImportError as exc:
+        raise PluginError(
+            f"Cannot import module {library!r}: {exc}. Is it installed, or on PYTHONPATH?"
+        ) from exc
+    except Exception as exc:
+        raise PluginError(f"Module {library!r} failed to import: {exc!r}") from exc
+
+
+class PluginManager:
+    """The broker's plugins and their registries.
+
+    Args:
+        entry_points: Load plugins advertised in the ``broker`` entry-point group (the built-ins too).
+    """
+
+    def __init__(self, *, entry_points: bool = True) -> None:
+        self._pm = pluggy.PluginManager("broker")
+        self._pm.add_hookspecs(hookspecs)
+        self._sources: dict[str, str] = {}
+        self.key_generators = Registry("key generator")
+        self.storage_engines = Registry("storage engine")
+        self.actions = Registry("action")
+        self.filter_functions = Registry("filter function", case_insensitive=True)
+        self._collected = False
+        if entry_points:
+            self.load_entry_points()
+
+    # -- discovery ---------------------------------------------------------------------------------
+    def load_entry_points(self) -> None:
+        """Register every plugin advertised in the ``broker`` entry-point group."""
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if self._pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                raise PluginError(
+                    f"Plugin {ep.name!r} (entry point {ep.value!r} of {_dist_name(ep)}) failed to load: {exc!r}"
+                ) from exc
+            self.register(plugin, name=ep.name, source=f"entry point of {_dist_name(ep)}")
+
+    def load_module(self, name: str, library: str, *, base_dir: Path | None = None) -> None:
+        """Register the module a config's ``<Modules><Module>`` names (dotted path or ``.py`` file)."""
+        module = _load_module(library, base_dir=base_dir)
+        self.register(module, name=name, source=f"<Modules> {library}")
+
+    def register(self, plugin: object, *, name: str, source: str = "registered directly") -> None:
+        """Register a plugin object and check its hook names.
+
+        Raises:
+            PluginError: the name is taken, or the plugin implements a hook that does not exist.
+        """
+        if self._collected:
+            raise PluginError(f"Plugin {name!r} registered after the registries were built.")
+        if self._pm.has_plugin(name):
+            raise PluginError(
+                f"Two plugins are named {name!r}: {self._sources[name]} and {source}. Rename one."
+            )
+        try:
+            self._pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"Plugin {name!r} ({source}) is invalid: {exc}") from exc
+        self._sources[name] = source
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self._pm.unregister(name=name)
+            del self._sources[name]
+            known = ", ".join(sorted(KINDS.values()))
+            raise PluginError(
+                f"Plugin {name!r} ({source}) implements an unknown hook: {exc}. Known hooks: {known}."
+            ) from exc
+
+    # -- collection --------------------------------------------------------------------------------
+    def collect(self) -> PluginManager:
+        """Call every registration hook once, filling the registries. Idempotent."""
+        if self._collected:
+            return self
+        for registry, hook_name in (
+            (self.key_generators, "broker_register_key_generators"),
+            (self.storage_engines, "broker_register_storage_engines"),
+            (self.actions, "broker_register_actions"),
+            (self.filter_functions, "broker_register_filter_functions"),
+        ):
+            hook = getattr(self._pm.hook, hook_name)
+            for impl in reversed(hook.get_hookimpls()):  # registration order
+                registry._plugin = impl.plugin_name
+                registry._source = self._sources.get(impl.plugin_name, "")
+                try:
+                    impl.function(registry)
+                except PluginError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(
+                        f"Plugin {impl.plugin_name!r} failed in {hook_name}: {exc!r}"
+                    ) from exc
+        self._collected = True
+        return self
+
+    def plugins(self) -> list[tuple[str, str]]:
+        """(name, source) of every registered plugin, in registration order."""
+        return [(name, self._sources[name]) for name in self._sources]
+
+    def registries(self) -> Iterable[Registry]:
+        """Every registry, in a fixed order."""
+        self.collect()
+        return (self.key_generators, self.storage_engines, self.actions, self.filter_functions)
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+
+
+def build_plugin_manager(modules: Iterable[tuple[str, str]] = (), *, base_dir: Path | None = None,
+                         entry_points: bool = True) -> PluginManager:
+    """A collected plugin manager: entry points plus the config's ``<Modules>`` (name, library) pairs."""
+    pm = PluginManager(entry_points=entry_points)
+    for name, library in modules:
+        pm.load_module(name, library, base_dir=base_dir)
+    return pm.collect()
+
+
+Factory = Callable[..., Any]

@@ -1,0 +1,1 @@
+"""State of the World: SOW topics, their key generators and storage engines."""

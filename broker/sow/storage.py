@@ -1,0 +1,84 @@
+"""The storage engine interface behind a SOW topic.
+
+Storage engines are plugins (hook ``broker_register_storage_engines``). Keys and values are bytes; keys
+are ordered bytewise. The SOW engine batches the writes of one engine step into one :meth:`Storage.write`.
+``broker.testing.storage`` holds the conformance suite every engine must pass.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """What a storage engine is built from.
+
+    Attributes:
+        topic: The SOW topic name.
+        path: Where to keep the data (``FileName`` with ``%n`` expanded), or ``None`` for in-memory.
+        options: Engine-specific options.
+    """
+
+    topic: str
+    path: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+class Snapshot(abc.ABC):
+    """A consistent, read-only view of a storage engine at one instant."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored under ``key`` when the snapshot was taken, or ``None``."""
+
+    @abc.abstractmethod
+    def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < stop`` in ascending key order."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the snapshot. Idempotent."""
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Storage(abc.ABC):
+    """One SOW topic's records."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
+        """Apply puts then deletes atomically (all or nothing)."""
+
+    @abc.abstractmethod
+    def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < stop`` in ascending key order."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Snapshot:
+        """A consistent view unaffected by later writes."""
+
+    @abc.abstractmethod
+    def count(self) -> int:
+        """The number of records."""
+
+    def compact(self) -> None:  # noqa: B027 - optional for engines without compaction
+        """Reclaim space. Engines without compaction do nothing."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush and release resources. Idempotent."""
+
+    def statistics(self) -> dict[str, int]:
+        """Counters for monitoring (at least ``records``)."""
+        return {"records": self.count()}
