@@ -153,9 +153,16 @@ class PluginManager:
     # -- discovery ---------------------------------------------------------------------------------
     def load_entry_points(self) -> None:
         """Register every plugin advertised in the ``broker`` entry-point group."""
+        seen: dict[str, str] = {}
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if seen.get(ep.name) == ep.value:
+                continue  # the same distribution seen twice on sys.path (e.g. an egg-info in the tree)
+            seen[ep.name] = ep.value
             if self._pm.has_plugin(ep.name):
-                continue
+                raise PluginError(
+                    f"Two installed plugins use the entry-point name {ep.name!r}: "
+                    f"{self._sources[ep.name]} and entry point of {_dist_name(ep)}. Uninstall one."
+                )
             try:
                 plugin = ep.load()
             except Exception as exc:
@@ -180,6 +187,12 @@ class PluginManager:
         if self._pm.has_plugin(name):
             raise PluginError(
                 f"Two plugins are named {name!r}: {self._sources[name]} and {source}. Rename one."
+            )
+        if self._pm.is_registered(plugin):
+            other = self._pm.get_name(plugin)
+            raise PluginError(
+                f"Plugin {name!r} ({source}) is the same module as plugin {other!r} "
+                f"({self._sources.get(other or '', '?')}), which is already loaded. Remove one of them."
             )
         try:
             self._pm.register(plugin, name=name)
@@ -208,7 +221,7 @@ class PluginManager:
             (self.filter_functions, "broker_register_filter_functions"),
         ):
             hook = getattr(self._pm.hook, hook_name)
-            for impl in reversed(hook.get_hookimpls()):  # registration order
+            for impl in hook.get_hookimpls():  # registration order
                 registry._plugin = impl.plugin_name
                 registry._source = self._sources.get(impl.plugin_name, "")
                 try:

@@ -8,9 +8,12 @@ Key generators are plugins (hook ``broker_register_key_generators``). A factory 
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from broker.errors import KeyGenerationError
 
 
 @dataclass(frozen=True)
@@ -50,3 +53,37 @@ class KeyGenerator(abc.ABC):
         Raises:
             broker.errors.KeyGenerationError: the message lacks a key field or has an unusable value.
         """
+
+
+_BASE64_CHARS = re.compile(r"[A-Za-z0-9+/=]+")
+
+
+def validate_user_key(key: str, *, topic: str = "") -> str:
+    """Check a publisher-supplied ``SowKey`` and return it unchanged.
+
+    AMPS requires user-generated keys to use only Base64 characters and keeps the original value: it is
+    what the ``k`` header carries back and what ``sow_keys`` in later commands are compared with.
+
+    Args:
+        key: The ``SowKey`` header of a publish.
+        topic: The topic, for the error message.
+
+    Returns:
+        ``key``.
+
+    Raises:
+        KeyGenerationError: ``key`` is empty or has a character outside ``[A-Za-z0-9+/=]``.
+    """
+    if key and _BASE64_CHARS.fullmatch(key):
+        return key
+    where = f" for topic {topic!r}" if topic else ""
+    if not key:
+        raise KeyGenerationError(
+            f"publish{where} has no SowKey: this topic has no <Key> and no <KeyGenerator>, "
+            "so every publish must carry a SowKey"
+        )
+    bad = next(c for c in key if not _BASE64_CHARS.fullmatch(c))
+    raise KeyGenerationError(
+        f"SowKey {key!r}{where} has the character {bad!r}: user-generated SOW keys may use "
+        "only Base64 characters [A-Za-z0-9+/=]"
+    )

@@ -1,0 +1,283 @@
+"""The ``leveldb`` storage engine (plyvel): one LevelDB database per SOW topic, at the topic's ``FileName``.
+
+The database directory and its parents are created when missing. Every :meth:`LevelDBStorage.write` is
+one LevelDB write batch, so an engine step's puts and deletes land together or not at all.
+
+Writes are not fsynced by default: the transaction log is the durability layer (a SOW is a materialised
+view rebuilt from it, DESIGN.md), and LevelDB's own log still survives a process crash. Set the option
+``sync=true`` for topics without a transaction log whose SOW must survive a power loss.
+
+Options (``StorageSpec.options``): ``sync`` (``true``/``false``, default ``false``), ``compression``
+(``snappy``/``none``, default ``snappy``), ``write_buffer_size`` and ``lru_cache_size`` (bytes; LevelDB's
+defaults when unset).
+
+``count()`` is O(1): the keys are counted once at open (one pass over the keys, no values), then every
+write looks up each distinct key it touches (one point read per key, served mostly from LevelDB's
+memtable and block cache) to learn whether it adds or removes a record. That keeps the count exact at a
+small cost per write instead of an O(n) pass per ``count()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import plyvel
+
+from broker import hookimpl
+from broker.errors import StorageError
+from broker.sow.storage import Snapshot, Storage, StorageSpec
+
+if TYPE_CHECKING:
+    from broker.plugins import Registry
+
+__all__ = ["LevelDBSnapshot", "LevelDBStorage"]
+
+_OPTIONS = ("sync", "compression", "write_buffer_size", "lru_cache_size")
+
+
+def _bool_option(name: str, text: str, path: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise StorageError(f"leveldb storage at {path!r}: option {name}={text!r} is not a boolean; use true or false.")
+
+
+def _int_option(name: str, text: str, path: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise StorageError(f"leveldb storage at {path!r}: option {name}={text!r} must be a positive byte count.")
+    return value
+
+
+def _wrap(exc: Exception, path: str, doing: str) -> StorageError:
+    text = exc.args[0] if exc.args else exc
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if isinstance(exc, RuntimeError):  # plyvel's "Database is closed"
+        return StorageError(f"leveldb storage at {path!r} is closed ({doing}).")
+    if isinstance(exc, plyvel.IOError) and "lock" in str(text).lower():
+        return StorageError(
+            f"another broker holds the lock on {path!r}: is another broker running with this config? "
+            f"Stop it, or give this topic another FileName. ({text})"
+        )
+    if isinstance(exc, plyvel.CorruptionError):
+        return StorageError(
+            f"leveldb storage at {path!r} is corrupt ({text}) while {doing}. Move the directory away; the "
+            "SOW is rebuilt from the transaction log when the topic is logged."
+        )
+    return StorageError(f"leveldb storage at {path!r} failed while {doing}: {text}")
+
+
+class LevelDBSnapshot(Snapshot):
+    """A LevelDB snapshot: reads see the database as it was when the snapshot was taken."""
+
+    def __init__(self, owner: LevelDBStorage, snapshot: Any) -> None:
+        self._owner = owner
+        self._snapshot: Any = snapshot
+
+    def _live(self) -> Any:
+        if self._snapshot is None:
+            raise StorageError("snapshot is closed: take a new one with storage.snapshot()")
+        return self._snapshot
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value under ``key`` when the snapshot was taken, or ``None``."""
+        snapshot = self._live()
+        try:
+            return snapshot.get(key)
+        except (plyvel.Error, RuntimeError) as exc:
+            raise _wrap(exc, self._owner.path, "reading a snapshot") from exc
+
+    def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < stop``, ascending, as of the snapshot."""
+        return self._owner._iterate(self._live(), start, stop)
+
+    def close(self) -> None:
+        """Release the LevelDB snapshot. Idempotent."""
+        if self._snapshot is not None:
+            snapshot, self._snapshot = self._snapshot, None
+            # RuntimeError: the database was closed first, and plyvel already released the snapshot.
+            with contextlib.suppress(RuntimeError):
+                snapshot.close()
+
+
+class LevelDBStorage(Storage):
+    """A SOW topic in a LevelDB database directory.
+
+    Args:
+        spec: ``spec.path`` is the database directory (required); see the module docstring for options.
+
+    Raises:
+        StorageError: no path, a bad option, the database is locked by another process, or it cannot be
+            opened; the message names the path.
+    """
+
+    def __init__(self, spec: StorageSpec) -> None:
+        self.spec = spec
+        if not spec.path:
+            raise StorageError(
+                f"Topic {spec.topic!r}: the leveldb storage engine needs a path. Set <FileName> on the "
+                "topic, or use <Durability>transient</Durability> for an in-memory SOW."
+            )
+        self.path = str(spec.path)
+        unknown = sorted(set(spec.options) - set(_OPTIONS))
+        if unknown:
+            raise StorageError(
+                f"leveldb storage at {self.path!r}: unknown option(s) {', '.join(unknown)}. "
+                f"Known options: {', '.join(_OPTIONS)}."
+            )
+        opts = spec.options
+        self.sync = _bool_option("sync", opts.get("sync", "false"), self.path)
+        db_kwargs: dict[str, Any] = {"create_if_missing": True}
+        compression = str(opts.get("compression", "snappy")).strip().lower()
+        if compression not in ("snappy", "none"):
+            raise StorageError(
+                f"leveldb storage at {self.path!r}: option compression={compression!r}; use snappy or none."
+            )
+        db_kwargs["compression"] = None if compression == "none" else "snappy"
+        for name in ("write_buffer_size", "lru_cache_size"):
+            if name in opts:
+                db_kwargs[name] = _int_option(name, opts[name], self.path)
+        try:
+            Path(self.path).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"Cannot create the leveldb directory {self.path!r}: {exc}. Check FileName and permissions."
+            ) from exc
+        try:
+            self._db: Any = plyvel.DB(self.path, **db_kwargs)
+        except plyvel.Error as exc:
+            raise _wrap(exc, self.path, "opening") from exc
+        self._closed = False
+        self._writes = 0
+        try:
+            with self._db.iterator(include_value=False) as it:
+                self._count = sum(1 for _ in it)
+        except plyvel.Error as exc:
+            self._db.close()
+            raise _wrap(exc, self.path, "counting records at open") from exc
+
+    def _live(self) -> Any:
+        if self._closed:
+            raise StorageError(f"leveldb storage at {self.path!r} is closed.")
+        return self._db
+
+    def _iterate(self, source: Any, start: bytes | None, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        try:
+            iterator = source.iterator(start=start, stop=stop)
+        except (plyvel.Error, RuntimeError) as exc:
+            raise _wrap(exc, self.path, "starting a scan") from exc
+
+        def generate() -> Iterator[tuple[bytes, bytes]]:
+            try:
+                with iterator:
+                    yield from iterator
+            except (plyvel.Error, RuntimeError) as exc:
+                raise _wrap(exc, self.path, "scanning") from exc
+
+        return generate()
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value under ``key``, or ``None``."""
+        db = self._live()
+        try:
+            return db.get(key)
+        except plyvel.Error as exc:
+            raise _wrap(exc, self.path, "reading") from exc
+
+    def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
+        """Apply ``puts`` then ``deletes`` in one LevelDB write batch (all or nothing).
+
+        Raises:
+            TypeError: a key or value is not ``bytes`` (nothing is written).
+            StorageError: the storage is closed or LevelDB fails.
+        """
+        db = self._live()
+        put_list = list(puts)
+        delete_list = list(deletes)
+        if not put_list and not delete_list:
+            return
+        # Whether each touched key exists afterwards; puts come first, so a later delete wins.
+        final: dict[bytes, bool] = {}
+        for key, value in put_list:
+            if not isinstance(key, bytes) or not isinstance(value, bytes):
+                raise TypeError(f"storage keys and values must be bytes, got {type(key).__name__}, "
+                                f"{type(value).__name__}")
+            final[key] = True
+        for key in delete_list:
+            if not isinstance(key, bytes):
+                raise TypeError(f"storage keys must be bytes, got {type(key).__name__}")
+            final[key] = False
+        try:
+            delta = 0
+            for key, exists_after in final.items():
+                existed = db.get(key) is not None
+                delta += exists_after - existed
+            with db.write_batch(transaction=True, sync=self.sync) as batch:
+                for key, value in put_list:
+                    batch.put(key, value)
+                for key in delete_list:
+                    batch.delete(key)
+        except plyvel.Error as exc:
+            raise _wrap(exc, self.path, "writing") from exc
+        self._count += delta
+        self._writes += 1
+
+    def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < stop``, ascending.
+
+        LevelDB iterators read an implicit snapshot, so writes during the scan do not disturb it.
+        """
+        return self._iterate(self._live(), start, stop)
+
+    def snapshot(self) -> LevelDBSnapshot:
+        """A LevelDB snapshot (cheap: pins a sequence number; old versions are kept until it closes)."""
+        db = self._live()
+        try:
+            return LevelDBSnapshot(self, db.snapshot())
+        except plyvel.Error as exc:
+            raise _wrap(exc, self.path, "taking a snapshot") from exc
+
+    def count(self) -> int:
+        """The number of records (O(1); see the module docstring)."""
+        self._live()
+        return self._count
+
+    def compact(self) -> None:
+        """Compact the whole key range (blocking; run it off the event loop thread)."""
+        db = self._live()
+        try:
+            db.compact_range()
+        except plyvel.Error as exc:
+            raise _wrap(exc, self.path, "compacting") from exc
+
+    def close(self) -> None:
+        """Close the database and release its lock. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+    def statistics(self) -> dict[str, int]:
+        """``records`` and ``writes`` (write batches applied)."""
+        return {"records": self._count, "writes": self._writes}
+
+    def __repr__(self) -> str:
+        return f"LevelDBStorage(topic={self.spec.topic!r}, path={self.path!r})"
+
+
+@hookimpl
+def broker_register_storage_engines(registry: Registry) -> None:
+    """Register ``leveldb``."""
+    registry.add(
+        "leveldb",
+        LevelDBStorage,
+        description="LevelDB (plyvel) database per topic at its FileName; write batches per engine step",
+    )
