@@ -1,0 +1,108 @@
+"""Run the Admin HTTP server (hypercorn's trio worker) as a child of the caller's nursery.
+
+Lifecycle, hypercorn-style: we bind the listening socket ourselves (so a busy port is a clear
+:class:`~broker.errors.ConfigError` and port 0 reports the port the OS chose), hand it to hypercorn,
+and report the bound port through ``task_status``. Cancelling the caller's scope closes the listener and
+every connection; ``shutdown_trigger`` returning instead stops accepting and lets in-flight requests
+finish within ``graceful_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import hypercorn.trio
+import trio
+from hypercorn.config import Config as HypercornConfig
+
+from broker.admin.app import AdminAction, AdminApp
+from broker.errors import ConfigError
+from broker.stats.snapshot import BrokerSnapshot
+
+__all__ = ["serve_admin"]
+
+#: Bounds on what a client of the Admin server may hold (documented in docs/metrics.md).
+READ_TIMEOUT_SECONDS = 30.0
+KEEP_ALIVE_TIMEOUT_SECONDS = 5.0
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
+GRACEFUL_TIMEOUT_SECONDS = 2.0
+
+
+async def _bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = await trio.socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"Admin: cannot resolve InetAddr host {host!r} ({exc}). Use an IP address or a resolvable name "
+            "in <Admin><InetAddr>."
+        ) from exc
+    family, type_, proto, _, address = infos[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"Admin: cannot listen on {host}:{port} ({exc.strerror or exc}). Choose a free port in "
+            "<Admin><InetAddr>, or stop the process that holds this one."
+        ) from exc
+    return sock
+
+
+async def serve_admin(
+    host: str,
+    port: int,
+    source: Callable[[], BrokerSnapshot],
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    admin_actions: dict[str, AdminAction] | None = None,
+    interval: float = 10.0,
+    access_log: bool = False,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
+
+    Use as ``port = await nursery.start(serve_admin, "0.0.0.0", 8085, kernel.statistics)``.
+
+    Args:
+        host: Address to listen on (``""`` or ``"0.0.0.0"`` for all IPv4, ``"::"`` for IPv6).
+        port: Port to listen on; 0 lets the OS choose (the chosen port is reported).
+        source: Returns the current statistics snapshot; called on the trio thread per request.
+        task_status: Receives the bound port once the server accepts connections.
+        admin_actions: Administrator actions by path below ``/amps/administrator/`` (used by reference).
+        interval: AMPS ``Admin/Interval`` seconds, the averaging window of ``*_per_sec`` statistics.
+        access_log: Log each request to the ``broker.admin.access`` logger (off by default).
+        shutdown_trigger: When this returns, stop gracefully (in-flight requests get
+            ``GRACEFUL_TIMEOUT_SECONDS``) and return.
+        clock: Returns the current epoch time.
+
+    Raises:
+        ConfigError: The address cannot be resolved or bound.
+    """
+    app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock)
+    sock = await _bind(host, port)
+    bound_port: int = sock.getsockname()[1]
+
+    config = HypercornConfig()
+    # Hypercorn adopts the descriptor (and listens on it); detach so only one object owns it.
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = logging.getLogger("broker.admin.access") if access_log else None
+    # A Logger (not "-") keeps hypercorn from installing its own stderr handler: our logging config rules.
+    config.errorlog = logging.getLogger("broker.admin.http")
+    config.read_timeout = int(READ_TIMEOUT_SECONDS)
+    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_SECONDS
+    config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES
+    config.graceful_timeout = GRACEFUL_TIMEOUT_SECONDS
+    config.include_server_header = False
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown_trigger))
+        task_status.started(bound_port)

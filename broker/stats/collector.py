@@ -1,0 +1,243 @@
+"""The one Prometheus collector: a view over ``statistics()`` snapshots, built at scrape time.
+
+:class:`BrokerCollector` calls its source once per scrape and turns the snapshot
+(:class:`broker.stats.snapshot.BrokerSnapshot`) into metric families. :func:`make_registry` puts it on a
+private :class:`~prometheus_client.CollectorRegistry` (never the global one, so two brokers in one
+process, or a test, never clash) together with prometheus_client's process, platform and GC collectors.
+
+Every broker metric is declared once in :data:`METRICS` (name as exposed, type, labels, help); the
+docs (``docs/metrics.md``) list the same names and a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from broker.stats.snapshot import BrokerSnapshot, HistogramSnapshot
+
+__all__ = ["METRICS", "BrokerCollector", "MetricSpec", "make_registry"]
+
+SnapshotSource = Callable[[], BrokerSnapshot]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One broker metric as it appears on ``/metrics``.
+
+    Attributes:
+        name: The exposed name (counters end in ``_total``, info metrics in ``_info``).
+        type: ``counter``, ``gauge``, ``histogram`` or ``info``.
+        labels: Label names, in order.
+        help: The HELP text.
+    """
+
+    name: str
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def _spec(name: str, type_: str, help_: str, *labels: str) -> MetricSpec:
+    return MetricSpec(name, type_, labels, help_)
+
+
+#: Every metric the broker collector can emit, in exposition order.
+METRICS: tuple[MetricSpec, ...] = (
+    _spec("broker_instance_info", "info", "Broker instance name and version (value is always 1).",
+          "name", "version"),
+    _spec("broker_uptime_seconds", "gauge", "Seconds since the broker instance started."),
+    _spec("broker_messages_received_total", "counter", "Messages published to the broker by clients."),
+    _spec("broker_messages_delivered_total", "counter",
+          "Messages delivered to subscribers (one per matching subscription)."),
+    _spec("broker_topic_messages_received_total", "counter",
+          "Messages published, by configured topic; all other topics are counted under topic=\"_other\".",
+          "topic"),
+    _spec("broker_topic_messages_delivered_total", "counter",
+          "Messages delivered, by configured topic; all other topics are counted under topic=\"_other\".",
+          "topic"),
+    _spec("broker_bytes_received_total", "counter", "Bytes read from client connections."),
+    _spec("broker_bytes_sent_total", "counter", "Bytes written to client connections."),
+    _spec("broker_delivery_latency_seconds", "histogram",
+          "Time from a publish arriving to its delivery being queued to a subscriber."),
+    _spec("broker_clients_connected", "gauge", "Clients currently connected."),
+    _spec("broker_client_queued_bytes", "gauge",
+          "Bytes waiting in all client outbound buffers (a growing value means slow consumers)."),
+    _spec("broker_client_disconnects_total", "counter", "Client connections closed, for any reason."),
+    _spec("broker_slow_client_disconnects_total", "counter",
+          "Clients disconnected because their outbound buffer exceeded its bound (slow client offlining)."),
+    _spec("broker_protocol_errors_total", "counter",
+          "Client connections closed because they sent malformed AMPS frames."),
+    _spec("broker_commands_failed_total", "counter", "Client commands answered with a failure ack."),
+    _spec("broker_subscriptions", "gauge", "Current subscriptions, by kind.", "kind"),
+    _spec("broker_sow_records", "gauge", "Records currently stored in a SOW topic.", "topic"),
+    _spec("broker_sow_inserts_total", "counter", "Records inserted into a SOW topic.", "topic"),
+    _spec("broker_sow_updates_total", "counter", "Records updated in a SOW topic.", "topic"),
+    _spec("broker_sow_deletes_total", "counter", "Records deleted from a SOW topic.", "topic"),
+    _spec("broker_sow_queries_total", "counter", "SOW queries run against a topic.", "topic"),
+    _spec("broker_sow_expirations_total", "counter", "Records expired from a SOW topic.", "topic"),
+    _spec("broker_oof_total", "counter",
+          "Out-of-focus notifications sent, by reason (match, deleted, expired).", "reason"),
+    _spec("broker_journal_files", "gauge",
+          "Transaction log journal files, by state (active, archived, compressed).", "state"),
+    _spec("broker_journal_bytes", "gauge", "Bytes used by all transaction log journal files."),
+    _spec("broker_journal_last_sequence", "gauge", "Sequence number of the last journal record appended."),
+    _spec("broker_journal_durable_sequence", "gauge",
+          "Sequence number of the last journal record covered by an fsync."),
+    _spec("broker_journal_records_appended_total", "counter", "Records appended to the transaction log."),
+    _spec("broker_journal_fsync_seconds", "histogram", "Time taken by each transaction log fsync."),
+    _spec("broker_replays_active", "gauge", "Bookmark replays currently reading the transaction log."),
+    _spec("broker_action_runs_total", "counter", "Runs of a configured action.", "action"),
+    _spec("broker_action_failures_total", "counter", "Failed runs of a configured action.", "action"),
+)  # fmt: skip
+
+_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+
+
+def _family(name: str) -> Metric:
+    """An empty metric family for the declared metric ``name``."""
+    spec = _BY_NAME[name]
+    labels = list(spec.labels)
+    if spec.type == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=labels)  # strips "_total" itself
+    if spec.type == "gauge":
+        return GaugeMetricFamily(spec.name, spec.help, labels=labels)
+    if spec.type == "histogram":
+        return HistogramMetricFamily(spec.name, spec.help, labels=labels)
+    return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
+
+
+def _scalar(name: str, value: float) -> Metric:
+    family = _family(name)
+    family.add_metric([], value)
+    return family
+
+
+def _labelled(name: str, values: Iterable[tuple[str, float]]) -> Metric:
+    family = _family(name)
+    for label, value in values:
+        family.add_metric([label], value)
+    return family
+
+
+def _histogram(name: str, snapshot: HistogramSnapshot) -> Metric:
+    buckets: list[tuple[str, float]] = []
+    for bound, count in snapshot["buckets"]:
+        buckets.append((floatToGoString(bound), count))
+    if not buckets or not math.isinf(snapshot["buckets"][-1][0]):
+        buckets.append(("+Inf", snapshot["count"]))  # Prometheus requires the +Inf bucket
+    family = _family(name)
+    family.add_metric([], buckets, sum_value=snapshot["sum"])
+    return family
+
+
+def _column(rows: Mapping[str, Mapping[str, int]], key: str) -> list[tuple[str, float]]:
+    return [(label, row[key]) for label, row in sorted(rows.items())]
+
+
+class BrokerCollector(Collector):
+    """Turns a statistics snapshot into Prometheus metric families at scrape time.
+
+    Args:
+        source: Returns the current snapshot; called once per scrape, on the scraping thread (the
+            Admin server calls it on the trio thread, between two engine steps).
+        clock: Returns the current epoch time (for ``broker_uptime_seconds``).
+    """
+
+    def __init__(self, source: SnapshotSource, *, clock: Callable[[], float] = time.time) -> None:
+        self._source = source
+        self._clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        """The declared families, without samples (lets the registry check names without a scrape)."""
+        for spec in METRICS:
+            yield _family(spec.name)
+
+    def collect(self) -> Iterator[Metric]:
+        """Take one snapshot and yield every family (the journal ones only when a journal exists)."""
+        snap = self._source()
+        instance = snap["instance"]
+        counters = snap["counters"]
+
+        info = _family("broker_instance_info")
+        info.add_metric([], {"name": instance["name"], "version": instance["version"]})
+        yield info
+        yield _scalar("broker_uptime_seconds", max(0.0, self._clock() - instance["start_time"]))
+
+        yield _scalar("broker_messages_received_total", counters["messages_received"])
+        yield _scalar("broker_messages_delivered_total", counters["messages_delivered"])
+        yield _labelled("broker_topic_messages_received_total", _column(snap["topics"], "messages_received"))
+        yield _labelled(
+            "broker_topic_messages_delivered_total", _column(snap["topics"], "messages_delivered")
+        )
+        yield _scalar("broker_bytes_received_total", counters["bytes_in"])
+        yield _scalar("broker_bytes_sent_total", counters["bytes_out"])
+        yield _histogram("broker_delivery_latency_seconds", snap["latency"])
+
+        clients = snap["clients"]
+        yield _scalar("broker_clients_connected", len(clients))
+        yield _scalar("broker_client_queued_bytes", sum(c["queued_bytes"] for c in clients))
+        yield _scalar("broker_client_disconnects_total", counters["client_disconnects"])
+        yield _scalar("broker_slow_client_disconnects_total", counters["slow_client_disconnects"])
+        yield _scalar("broker_protocol_errors_total", counters["protocol_errors"])
+        yield _scalar("broker_commands_failed_total", counters["commands_failed"])
+        yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
+
+        sow = snap["sow"]
+        yield _labelled("broker_sow_records", _column(sow, "records"))
+        yield _labelled("broker_sow_inserts_total", _column(sow, "inserts"))
+        yield _labelled("broker_sow_updates_total", _column(sow, "updates"))
+        yield _labelled("broker_sow_deletes_total", _column(sow, "deletes"))
+        yield _labelled("broker_sow_queries_total", _column(sow, "queries"))
+        yield _labelled("broker_sow_expirations_total", _column(sow, "expirations"))
+        yield _labelled("broker_oof_total", sorted(snap["oof"].items()))
+
+        journal = snap["journal"]
+        if journal is not None:
+            yield _labelled("broker_journal_files", sorted(journal["files"].items()))
+            yield _scalar("broker_journal_bytes", journal["bytes"])
+            yield _scalar("broker_journal_last_sequence", journal["last_sequence"])
+            yield _scalar("broker_journal_durable_sequence", journal["durable_sequence"])
+            yield _scalar("broker_journal_records_appended_total", journal["records_appended"])
+            yield _histogram("broker_journal_fsync_seconds", journal["fsync"])
+            yield _scalar("broker_replays_active", journal["replays_active"])
+
+        actions = snap["actions"]
+        yield _labelled("broker_action_runs_total", _column(actions, "runs"))
+        yield _labelled("broker_action_failures_total", _column(actions, "failures"))
+
+
+def make_registry(
+    source: SnapshotSource, *, clock: Callable[[], float] = time.time, runtime_metrics: bool = True
+) -> CollectorRegistry:
+    """A private registry holding a :class:`BrokerCollector` over ``source``.
+
+    Args:
+        source: Returns the current statistics snapshot.
+        clock: Returns the current epoch time.
+        runtime_metrics: Also register prometheus_client's process (``process_*``), platform
+            (``python_info``) and garbage-collector (``python_gc_*``) collectors.
+
+    Returns:
+        The registry, ready for ``generate_latest``.
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(source, clock=clock))
+    if runtime_metrics:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+    return registry

@@ -1,0 +1,227 @@
+"""The statistics snapshot contract between the broker kernel and its observers.
+
+The kernel exposes one call, ``statistics() -> BrokerSnapshot``, that returns a fresh, plain-data dict
+(built between two awaits on the engine thread, so it is self-consistent). Everything that reports on
+the broker is a *view* over that dict, built at read time: the Prometheus collector
+(:mod:`broker.stats.collector`) and the ``/amps`` JSON tree of the Admin server
+(:mod:`broker.admin.amps_tree`). Nothing on the hot path knows about either.
+
+Rules of the contract:
+
+* Counters (``*_total`` in Prometheus, ``messages_*``/``bytes_*``/``inserts``... here) only grow for the
+  lifetime of the process; gauges (``records``, ``queued_bytes``, ``subscriptions``...) are current values.
+* ``topics`` has bounded cardinality: the kernel reports configured topics by name and folds every other
+  topic into the key ``"_other"``. Its keys become Prometheus label values, so it must never grow with
+  client input.
+* Times are epoch seconds (``float``); durations in histograms are seconds.
+* ``journal`` is ``None`` when no ``<TransactionLog>`` is configured.
+
+This module is pure (no trio, no prometheus_client): the kernel imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TypedDict
+
+__all__ = [
+    "ActionStats",
+    "BrokerSnapshot",
+    "ClientStats",
+    "Counters",
+    "HistogramSnapshot",
+    "InstanceInfo",
+    "JournalFiles",
+    "JournalStats",
+    "OofCounts",
+    "SowTopicStats",
+    "SubscriptionCounts",
+    "TopicCounters",
+    "empty_histogram_snapshot",
+    "empty_snapshot",
+]
+
+
+class HistogramSnapshot(TypedDict):
+    """A cumulative histogram, as :meth:`broker.stats.histogram.Histogram.snapshot` returns it.
+
+    Attributes:
+        buckets: ``(upper_bound_seconds, cumulative_count)`` pairs in increasing bound order, the last one
+            always ``(math.inf, count)``.
+        sum: Sum of all observed values, in seconds.
+        count: Number of observations (equals the ``inf`` bucket's count).
+    """
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+
+
+class InstanceInfo(TypedDict):
+    """Who this broker is (``/amps/instance/{name,version,pid,config_path}``)."""
+
+    name: str
+    version: str
+    start_time: float  # epoch seconds
+    config_path: str
+    pid: int
+
+
+class Counters(TypedDict):
+    """Instance-wide cumulative counters."""
+
+    messages_received: int  # publishes (and delta publishes, sow deletes) accepted from clients
+    messages_delivered: int  # messages written to subscribers (one per matching subscription)
+    bytes_in: int  # bytes read from client sockets
+    bytes_out: int  # bytes written to client sockets
+    client_disconnects: int  # connections closed, for any reason
+    slow_client_disconnects: int  # connections closed because their outbound buffer overflowed
+    protocol_errors: int  # connections closed because of malformed frames
+    commands_failed: int  # commands answered with a failure ack
+
+
+class ClientStats(TypedDict):
+    """One connected client (``/amps/instance/clients/<id>``)."""
+
+    id: str  # connection id, unique for the life of the process
+    client_name: str
+    remote: str  # "host:port"
+    connected_at: float  # epoch seconds
+    messages_in: int
+    messages_out: int
+    bytes_in: int
+    bytes_out: int
+    subscriptions: int  # current subscription count
+    queued_bytes: int  # bytes waiting in the client's outbound buffer
+
+
+class TopicCounters(TypedDict):
+    """Message flow for one configured topic (or ``"_other"``)."""
+
+    messages_received: int
+    messages_delivered: int
+
+
+class SubscriptionCounts(TypedDict):
+    """Current number of subscriptions of each kind."""
+
+    subscribe: int
+    sow_and_subscribe: int
+    bookmark: int
+    delta: int
+
+
+class SowTopicStats(TypedDict):
+    """One SOW topic (``/amps/instance/sow/<id>``)."""
+
+    records: int  # current number of records (gauge)
+    inserts: int
+    updates: int
+    deletes: int
+    queries: int
+    expirations: int
+
+
+class OofCounts(TypedDict):
+    """Out-of-focus notifications sent, by reason."""
+
+    match: int  # a record stopped matching a subscription's filter
+    deleted: int  # a record was deleted
+    expired: int  # a record expired
+
+
+class JournalFiles(TypedDict):
+    """Journal files by state."""
+
+    active: int
+    archived: int
+    compressed: int
+
+
+class JournalStats(TypedDict):
+    """The transaction log (``/amps/instance/transaction_log``)."""
+
+    files: JournalFiles
+    bytes: int  # total size of all journal files on disk
+    last_sequence: int  # last sequence appended
+    durable_sequence: int  # last sequence covered by an fsync
+    fsync: HistogramSnapshot  # seconds per fsync
+    replays_active: int  # bookmark replays currently reading the journal
+    records_appended: int  # cumulative
+
+
+class ActionStats(TypedDict):
+    """One configured action."""
+
+    runs: int
+    failures: int
+
+
+class BrokerSnapshot(TypedDict):
+    """What ``statistics()`` returns. See the module docstring for the rules."""
+
+    instance: InstanceInfo
+    counters: Counters
+    clients: list[ClientStats]
+    topics: dict[str, TopicCounters]
+    subscriptions: SubscriptionCounts
+    sow: dict[str, SowTopicStats]
+    oof: OofCounts
+    latency: HistogramSnapshot  # publish-to-delivery, seconds
+    journal: JournalStats | None
+    actions: dict[str, ActionStats]
+
+
+def empty_histogram_snapshot(bounds: tuple[float, ...] = ()) -> HistogramSnapshot:
+    """A histogram snapshot with no observations.
+
+    Args:
+        bounds: Finite upper bounds in increasing order (the ``inf`` bucket is added).
+
+    Returns:
+        The snapshot.
+    """
+    return {"buckets": [(b, 0) for b in bounds] + [(float("inf"), 0)], "sum": 0.0, "count": 0}
+
+
+def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: str = "") -> BrokerSnapshot:
+    """A valid snapshot of a broker that has done nothing yet (all counters zero, no journal).
+
+    Useful to start a kernel's statistics from, and in tests.
+
+    Args:
+        name: The instance name.
+        version: The broker version.
+        config_path: The configuration file path.
+
+    Returns:
+        The snapshot; the caller owns it and may mutate it.
+    """
+    return {
+        "instance": {
+            "name": name,
+            "version": version,
+            "start_time": time.time(),
+            "config_path": config_path,
+            "pid": os.getpid(),
+        },
+        "counters": {
+            "messages_received": 0,
+            "messages_delivered": 0,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "client_disconnects": 0,
+            "slow_client_disconnects": 0,
+            "protocol_errors": 0,
+            "commands_failed": 0,
+        },
+        "clients": [],
+        "topics": {},
+        "subscriptions": {"subscribe": 0, "sow_and_subscribe": 0, "bookmark": 0, "delta": 0},
+        "sow": {},
+        "oof": {"match": 0, "deleted": 0, "expired": 0},
+        "latency": empty_histogram_snapshot(),
+        "journal": None,
+        "actions": {},
+    }
