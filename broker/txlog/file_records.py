@@ -1,0 +1,102 @@
+"""Reading the records of one journal file, plain or zstd-compressed, in large chunks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+from broker.txlog.files import COMPRESSED_SUFFIX
+from broker.txlog.records import HEADER_SIZE, CorruptRecord, record_length
+
+#: Bytes read from a file at a time.
+CHUNK = 1 << 20
+
+
+def open_journal_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a journal file for reading; ``.journal.zst`` files are decompressed as they are read.
+
+    Raises:
+        FileNotFoundError: The file was moved (archived, compressed) or removed meanwhile.
+    """
+    raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    if str(path).endswith(COMPRESSED_SUFFIX):
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def iter_raw(f: BinaryIO, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, record_bytes)`` for each record from ``offset`` on, checking lengths but not CRCs.
+
+    Args:
+        f: A file from :func:`open_journal_file`.
+        offset: Where a record starts (0 or an index point). Compressed files seek by decompressing.
+
+    Raises:
+        CorruptRecord: At the first record whose header is inconsistent, or that the file ends inside
+            (``truncated=True``). Records before it have been yielded.
+    """
+    if offset:
+        f.seek(offset)
+    buf = b""
+    pos = 0
+    base = offset
+    eof = False
+    need = HEADER_SIZE
+    while True:
+        available = len(buf) - pos
+        if available < need:
+            if eof:
+                if available == 0 and need == HEADER_SIZE:
+                    return
+                what = "header" if need == HEADER_SIZE else "record"
+                raise CorruptRecord(
+                    base + pos, f"file ends {available} bytes into a {need}-byte {what}", truncated=True
+                )
+            more = f.read(max(CHUNK, need - available))
+            if not more:
+                eof = True
+                continue
+            buf = buf[pos:] + more
+            base += pos
+            pos = 0
+            continue
+        if need == HEADER_SIZE:
+            length = record_length(buf[pos : pos + HEADER_SIZE], base + pos)
+            if available < length:
+                need = length
+                continue
+        else:
+            length = need
+        need = HEADER_SIZE
+        yield base + pos, buf[pos : pos + length]
+        pos += length
+
+
+def iter_path(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """:func:`iter_raw` over a file opened (and closed) here."""
+    with open_journal_file(path) as f:
+        yield from iter_raw(f, offset)
+
+
+def first_header(path: Path) -> bytes | None:
+    """The validated header of a file's first record; ``None`` when the file is empty or starts badly.
+
+    Raises:
+        FileNotFoundError: The file was moved or removed meanwhile.
+    """
+    with open_journal_file(path) as f:
+        header = b""
+        while len(header) < HEADER_SIZE:
+            more = f.read(HEADER_SIZE - len(header))
+            if not more:
+                return None
+            header += more
+    try:
+        record_length(header)
+    except CorruptRecord:
+        return None
+    return header

@@ -1,0 +1,247 @@
+"""Replay: iterate an instance's journal records from a bookmark or a time, across all its files.
+
+Files are read in index order from the JournalDirectory and the JournalArchiveDirectory, plain or
+compressed. The first file is found by binary search on each file's first record (cached in the shared
+:class:`~broker.txlog.index.JournalIndex`), the first record inside it through the index's sparse points.
+Readers run in worker threads, any number at once, next to the writer: they never read past the
+``until_sequence`` they are given (the durable end), and they follow files that are archived or compressed
+while they read (an open file keeps working; a file not yet opened is looked up again).
+
+While a replay runs, the lowest file index it may still read is registered here, so that
+:func:`broker.txlog.maintenance.remove_file` never removes a file a replay still needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from broker.errors import JournalError
+from broker.txlog.bookmarks import ReplayStart
+from broker.txlog.file_records import first_header, iter_raw, open_journal_file
+from broker.txlog.files import JournalFile, list_files, safe_instance
+from broker.txlog.index import JournalIndex
+from broker.txlog.records import CorruptRecord, Record, decode_exact, peek_sequence_timestamp
+
+log = logging.getLogger("broker.txlog")
+
+_registry_lock = threading.Lock()
+_active: dict[int, tuple[str, int]] = {}
+_ids = itertools.count()
+_T = TypeVar("_T")
+
+
+def lowest_file_in_use(instance_name: str) -> int | None:
+    """The lowest file index a running replay of this instance may still read (``None``: no replay)."""
+    instance = safe_instance(instance_name)
+    with _registry_lock:
+        positions = [pos for inst, pos in _active.values() if inst == instance]
+    return min(positions, default=None)
+
+
+class JournalReader:
+    """Reads an instance's journal files.
+
+    Args:
+        directory: The JournalDirectory.
+        archive_directory: The JournalArchiveDirectory, if any.
+        instance_name: Whose files to read; ``None`` means the only instance found in the directories.
+        index: The index shared with the writer (and other readers); a private one when omitted.
+
+    Raises:
+        JournalError: ``instance_name`` is ``None`` and files of several instances are present.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        archive_directory: str | os.PathLike[str] | None = None,
+        *,
+        instance_name: str | None = None,
+        index: JournalIndex | None = None,
+    ) -> None:
+        self._dir = Path(directory)
+        self._archive = Path(archive_directory) if archive_directory is not None else None
+        if instance_name is None:
+            found = sorted({f.instance for f in list_files(self._dir, self._archive)})
+            if len(found) > 1:
+                raise JournalError(
+                    f"{self._dir} holds the journals of several instances ({', '.join(found)}); name one"
+                )
+            instance_name = found[0] if found else ""
+        self._instance = safe_instance(instance_name) if instance_name else ""
+        self.index = index if index is not None else JournalIndex()
+        self._pinned: list[JournalFile] | None = None
+        #: Problems met by replays, as messages: gaps in the sequence (files removed) and, for replays without
+        #: ``until_sequence`` (which skip to the next file), damaged records.
+        self.problems: list[str] = []
+
+    @classmethod
+    def from_files(cls, files: list[JournalFile]) -> JournalReader:
+        """A reader over exactly these files (one instance, any directories), e.g. for offline tools.
+
+        Raises:
+            JournalError: The files belong to several instances.
+        """
+        instances = {f.instance for f in files}
+        if len(instances) > 1:
+            raise JournalError(f"journal files of several instances given ({', '.join(sorted(instances))})")
+        reader = cls(files[0].path.parent if files else ".", instance_name=files[0].instance if files else "")
+        reader._pinned = sorted((f for f in files if f.size > 0), key=lambda f: f.index)
+        return reader
+
+    @property
+    def instance(self) -> str:
+        """The instance whose files are read (file-name form)."""
+        return self._instance
+
+    def files(self) -> list[JournalFile]:
+        """The instance's journal files that hold data, in log order."""
+        if self._pinned is not None:
+            return list(self._pinned)
+        if not self._instance:
+            return []
+        return [f for f in list_files(self._dir, self._archive, self._instance) if f.size > 0]
+
+    def first_record_of(self, jf: JournalFile) -> tuple[int, int] | None:
+        """``(sequence, timestamp_ns)`` of a file's first record (cached), ``None`` if it has none."""
+        known = self.index.first(jf.index)
+        if known is not None:
+            return known
+        header = self._with_relocation(jf, first_header)
+        if header is None:
+            return None
+        seq, ts = peek_sequence_timestamp(header)
+        self.index.note(jf.index, seq, ts, 0)
+        return seq, ts
+
+    def records(self, start: ReplayStart | None = None, *, until_sequence: int | None = None) -> Iterator[Record]:
+        """Yield the records a replay from ``start`` delivers, in sequence order.
+
+        Args:
+            start: Where to start (default EPOCH). NOW yields nothing: the caller goes live at once.
+            until_sequence: The last sequence to yield (the writer's durable sequence); records after it are
+                never read, so a record being written is never seen. ``None`` reads to the end of the files
+                (offline tools), stopping at each file's first bad record and noting it in
+                :attr:`problems`.
+
+        Yields:
+            The records, lazily: the caller reads at its own pace. Closing the generator releases the files.
+
+        Raises:
+            JournalError: With ``until_sequence``, a record at or below it cannot be read (damage, or a file
+                removed under the replay).
+        """
+        start = start or ReplayStart.epoch()
+        if start.now or (until_sequence is not None and until_sequence <= 0):
+            return
+        if (
+            until_sequence is not None
+            and start.from_timestamp_ns is None
+            and start.after_sequence is not None
+            and start.after_sequence >= until_sequence
+        ):
+            return
+        files = self.files()
+        if not files:
+            return
+        reg = next(_ids)
+        pos = self._start_position(files, start)
+        with _registry_lock:
+            _active[reg] = (self._instance, files[pos].index)
+        try:
+            last_seq = 0
+            first = True
+            while True:
+                for jf in files[pos:]:
+                    with _registry_lock:
+                        _active[reg] = (self._instance, jf.index)
+                    offset = self.index.seek(jf.index, start.after_sequence, start.from_timestamp_ns) if first else 0
+                    first = False
+                    for rec in self._file_records(jf, offset, until_sequence):
+                        if rec.sequence <= last_seq:
+                            continue  # overlap of a duplicated file (crash during archive/compress)
+                        if until_sequence is not None and rec.sequence > until_sequence:
+                            return
+                        if last_seq and rec.sequence != last_seq + 1:
+                            self._note(f"gap in {self._instance}'s journal: sequence {last_seq} is followed by "
+                                       f"{rec.sequence} in {jf.path} (files removed or moved elsewhere?)")
+                        last_seq = rec.sequence
+                        if start.includes(rec.sequence, rec.timestamp_ns):
+                            yield rec
+                        if until_sequence is not None and rec.sequence >= until_sequence:
+                            return
+                # The writer may have moved on to new files while we read: pick them up.
+                if self._pinned is not None:
+                    break
+                done = files[-1].index
+                files = [f for f in self.files() if f.index > done]
+                pos = 0
+                if not files:
+                    break
+            if until_sequence is not None and last_seq < until_sequence:
+                raise JournalError(
+                    f"replay of {self._instance} ended at sequence {last_seq} before the durable sequence "
+                    f"{until_sequence}: journal files are missing from {self._dir}"
+                )
+        finally:
+            with _registry_lock:
+                _active.pop(reg, None)
+
+    def _start_position(self, files: list[JournalFile], start: ReplayStart) -> int:
+        """Binary search: the last file whose first record is not past the start (0 when none)."""
+
+        def before(jf: JournalFile) -> bool:
+            first = self.first_record_of(jf)
+            if first is None:
+                return True  # no readable first record: let the scan report it
+            seq, ts = first
+            by_seq = start.after_sequence is not None and seq <= start.after_sequence + 1
+            by_time = start.from_timestamp_ns is not None and ts < start.from_timestamp_ns
+            return by_seq or by_time
+
+        lo, hi = 0, len(files)  # invariant: files[:lo] are "before"; files[hi:] are not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if before(files[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return max(lo - 1, 0)
+
+    def _file_records(self, jf: JournalFile, offset: int, until_sequence: int | None) -> Iterator[Record]:
+        f = self._with_relocation(jf, open_journal_file)
+        with f:
+            try:
+                for rec_offset, raw in iter_raw(f, offset):
+                    rec = decode_exact(raw, rec_offset)
+                    if self.index.wants(jf.index, rec_offset):
+                        self.index.note(jf.index, rec.sequence, rec.timestamp_ns, rec_offset)
+                    yield rec
+            except CorruptRecord as exc:
+                if until_sequence is not None:
+                    raise JournalError(
+                        f"journal {jf.path} is damaged at offset {exc.offset}: {exc.reason}; the records after "
+                        "it cannot be replayed"
+                    ) from None
+                self._note(f"{jf.path}: {exc.reason} at offset {exc.offset}; skipped the rest of the file")
+
+    def _note(self, message: str) -> None:
+        log.warning("%s", message)
+        self.problems.append(message)
+
+    def _with_relocation(self, jf: JournalFile, opener: Callable[[Path], _T]) -> _T:
+        """Call ``opener(path)``, looking the file up again if maintenance moved it meanwhile."""
+        try:
+            return opener(jf.path)
+        except FileNotFoundError:
+            moved = [] if self._pinned is not None else list_files(self._dir, self._archive, self._instance)
+            for again in moved:
+                if again.index == jf.index:
+                    return opener(again.path)
+            raise JournalError(f"journal file {jf.path} was removed while a replay needed it") from None

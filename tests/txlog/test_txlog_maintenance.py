@@ -1,0 +1,121 @@
+"""Journal maintenance: archive, compress and remove never touch the current file or leave gaps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from broker.errors import JournalError
+from broker.txlog import FileState, JournalWriter, ReplayStart, archive_file, compress_file, remove_file
+
+
+def _three_files(w: JournalWriter) -> list:
+    for i in range(300):
+        w.append("publish", "t", b"%05d" % i + b"-" * 10_000)
+        if i % 10 == 0:
+            w.sync()
+    w.sync()
+    files = [f for f in w.files() if f.size > 0]
+    assert len(files) == 3
+    return files
+
+
+def test_current_and_preallocated_files_are_never_touched(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    current = files[-1]
+    assert current.state is FileState.CURRENT
+    preallocated = [f for f in w.files() if f.state is FileState.PREALLOCATED][0]
+    for target in (current.path, preallocated.path):
+        with pytest.raises(JournalError, match="current journal"):
+            archive_file(target, w.archive_directory)
+        with pytest.raises(JournalError, match="current journal"):
+            compress_file(target)
+        with pytest.raises(JournalError, match="current journal"):
+            remove_file(target)
+    assert current.path.exists() and preallocated.path.exists()
+
+
+def test_remove_oldest_first_only(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    with pytest.raises(JournalError, match="oldest first"):
+        remove_file(files[1].path)
+    archived = archive_file(files[0].path, w.archive_directory)
+    # The archived oldest file still blocks removing the second one when the archive is named.
+    with pytest.raises(JournalError, match="oldest first"):
+        remove_file(files[1].path, archive_directory=w.archive_directory)
+    remove_file(archived, journal_directory=w.journal_directory)
+    remove_file(files[1].path, archive_directory=w.archive_directory)
+    left = [r.sequence for r in w.reader().records()]
+    assert left and left[-1] == 300 and left == list(range(left[0], 301))
+
+
+def test_remove_waits_for_replays(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    replay = w.reader().records(ReplayStart.epoch(), until_sequence=w.durable_sequence)
+    next(replay)  # a replay is reading the oldest file
+    with pytest.raises(JournalError, match="replay"):
+        remove_file(files[0].path)
+    replay.close()
+    remove_file(files[0].path)
+    assert not files[0].path.exists()
+
+
+def test_compress_is_atomic_and_refuses_twice(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    zst = compress_file(files[0].path)
+    assert zst.name.endswith(".journal.zst") and not files[0].path.exists()
+    assert zst.stat().st_size < files[0].size
+    assert not list(zst.parent.glob("*.tmp"))
+    with pytest.raises(JournalError, match="already compressed"):
+        compress_file(zst)
+    states = {f.index: f.state for f in w.files()}
+    assert states[files[0].index] is FileState.COMPRESSED
+
+
+def test_archived_file_without_journal_directory_is_refused(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    newest_archived = archive_file(files[1].path, w.archive_directory)
+    # In the archive alone it looks like the newest file; with the journal directory it is known sealed.
+    with pytest.raises(JournalError, match="current journal"):
+        compress_file(newest_archived)
+    compress_file(newest_archived, journal_directory=w.journal_directory)
+
+
+def test_not_a_journal_file(tmp_path) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(JournalError, match="not a journal file"):
+        compress_file(other)
+
+
+def test_crash_between_compress_steps_leaves_one_readable_copy(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    original = files[0].path.read_bytes()
+    zst = compress_file(files[0].path)
+    files[0].path.write_bytes(original)  # as if killed after the rename, before the unlink
+    listed = [f for f in w.files() if f.index == files[0].index]
+    assert len(listed) == 1 and listed[0].path == files[0].path
+    assert zst.exists()
+    assert [r.sequence for r in w.reader().records()] == list(range(1, 301))
+
+
+def test_reopen_when_every_file_was_archived_by_hand(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    w.close()
+    w.archive_directory.mkdir(parents=True, exist_ok=True)
+    for f in w.files():
+        f.path.rename(w.archive_directory / f.path.name)
+    w2 = open_writer()
+    assert w2.last_sequence == 300
+    w2.append("publish", "t", b"new")
+    w2.sync()
+    assert w2.current_path.name.endswith(f"{files[-1].index + 2:010d}.journal")  # after the preallocated one
+    assert [r.sequence for r in w2.reader().records()] == list(range(1, 302))

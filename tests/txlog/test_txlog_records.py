@@ -1,0 +1,128 @@
+"""The journal record format: round trip, and detection of torn and corrupt records."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.txlog.records import (
+    HEADER_SIZE,
+    Command,
+    CorruptRecord,
+    Record,
+    decode,
+    encode,
+    scan,
+)
+
+U64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+records = st.builds(
+    Record,
+    sequence=U64,
+    timestamp_ns=U64,
+    command=st.sampled_from(list(Command)),
+    topic=st.text(max_size=40),
+    data=st.binary(max_size=300),
+    sow_key=st.binary(max_size=40),
+    publisher_hash=U64,
+    publisher_seq=U64,
+    message_type=st.sampled_from(["json", "xml", "binary", "nvfix"]),
+    correlation_id=st.binary(max_size=20),
+)
+
+
+@given(records)
+def test_round_trip(rec: Record) -> None:
+    raw = encode(rec)
+    decoded, end = decode(raw)
+    assert decoded == rec
+    assert end == len(raw)
+
+
+@given(st.lists(records, max_size=5), st.binary(max_size=10))
+def test_decode_from_offset_and_scan(recs: list[Record], prefix: bytes) -> None:
+    raws = [encode(r) for r in recs]
+    buf = prefix + b"".join(raws)
+    offset = len(prefix)
+    for rec in recs:
+        got, offset = decode(buf, offset)
+        assert got == rec
+    assert offset == len(buf)
+    found, end, error = scan(b"".join(raws))
+    assert (found, end, error) == (recs, sum(map(len, raws)), None)
+
+
+def _small_journal() -> tuple[bytes, list[int]]:
+    recs = [
+        Record(1, 10, Command.PUBLISH, "orders", b'{"id":1}', b"k1", 7, 1),
+        Record(2, 11, Command.DELTA_PUBLISH, "orders", b'{"id":1,"q":2}', b"k1", 7, 2),
+        Record(3, 12, Command.SOW_DELETE, "orders", b"", b"k1", 0, 0, "json", b"corr"),
+    ]
+    raws = [encode(r) for r in recs]
+    ends = []
+    total = 0
+    for raw in raws:
+        total += len(raw)
+        ends.append(total)
+    return b"".join(raws), ends
+
+
+def test_every_truncation_offset_is_detected() -> None:
+    buf, ends = _small_journal()
+    for cut in range(len(buf) + 1):
+        found, valid_end, error = scan(buf[:cut])
+        complete = [e for e in ends if e <= cut]
+        assert len(found) == len(complete), cut
+        assert valid_end == (complete[-1] if complete else 0), cut
+        if cut in (0, *ends):
+            assert error is None, cut
+        else:
+            assert error is not None and error.truncated and error.offset == valid_end, cut
+
+
+def test_every_single_byte_change_is_detected() -> None:
+    raw = encode(Record(5, 99, Command.PUBLISH, "t", b'{"a":1}', b"key", 3, 4, "json", b"c"))
+    for pos in range(len(raw)):
+        damaged = bytearray(raw)
+        damaged[pos] ^= 0x5A
+        with pytest.raises(CorruptRecord) as info:
+            decode(bytes(damaged))
+        assert info.value.offset == 0
+
+
+def test_garbage_after_records_reports_offset() -> None:
+    buf, ends = _small_journal()
+    found, valid_end, error = scan(buf + b"\x00" * 100)
+    assert len(found) == 3 and valid_end == ends[-1]
+    assert error is not None and error.offset == ends[-1]
+    found, valid_end, error = scan(buf + b"\xff" * (HEADER_SIZE + 5))
+    assert len(found) == 3 and error is not None and not error.truncated
+
+
+def test_oversized_fields_are_refused() -> None:
+    with pytest.raises(ValueError, match="topic"):
+        encode(Record(1, 1, Command.PUBLISH, "t" * 70000, b""))
+    with pytest.raises(ValueError, match="sequence"):
+        encode(Record(-1, 1, Command.PUBLISH, "t", b""))
+
+
+def test_command_names() -> None:
+    assert Command.from_name("delta_publish") is Command.DELTA_PUBLISH
+    assert Command.EXPIRE.wire_name == "expire"
+    with pytest.raises(ValueError, match="sow_delete"):
+        Command.from_name("subscribe")
+
+
+def test_txlog_imports_neither_trio_nor_the_server() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, broker.txlog, broker.txlog.cli; "
+        "bad = [m for m in sys.modules if m == 'trio' or m.startswith(('trio.', 'broker.server'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
