@@ -1,0 +1,7 @@
+"""``python -m broker`` runs the CLI."""
+
+import sys
+
+from broker.cli import main
+
+sys.exit(main())

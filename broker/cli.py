@@ -1,0 +1,192 @@
+"""The ``broker`` command line: serve, check, plugins, journal tools.
+
+User-facing errors (a bad config, a port in use, a missing directory) print as one message per problem,
+without a traceback, and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker import __version__
+from broker.errors import BrokerError, ConfigError
+
+log = logging.getLogger("broker")
+
+#: Seconds a graceful shutdown may take before the kernel cancels what is left.
+SHUTDOWN_DEADLINE = 10.0
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _load(path: str):  # noqa: ANN202 - returns Config
+    from broker.config import load_config
+
+    if not Path(path).exists():
+        raise ConfigError(f"{path}: no such configuration file")
+    return load_config(path)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate a config and print a summary (or every problem)."""
+    from broker.plugins import build_plugin_manager
+
+    config = _load(args.config)
+    base = Path(args.config).resolve().parent
+    plugins = build_plugin_manager([(m.name, m.library) for m in config.modules], base_dir=base)
+    problems: list[str] = []
+    for topic in config.sow_topics:
+        if topic.key_generator is not None and topic.key_generator.module not in plugins.key_generators:
+            try:
+                plugins.key_generators.get(topic.key_generator.module, where=f"SOW Topic {topic.name!r} ({topic.where})")
+            except BrokerError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    for w in config.warnings:
+        print(str(w), file=sys.stderr)
+    if args.dump:
+        print(config.expanded_xml)
+        return 0
+    print(f"{args.config}: OK — instance {config.name!r}")
+    for t in config.transports:
+        print(f"  transport {t.name}: {t.type} {t.host}:{t.port} protocol {t.protocol}"
+              f"{' message type ' + t.message_type if t.message_type else ''}")
+    if config.admin:
+        print(f"  admin: http://{config.admin.host}:{config.admin.port}/")
+    for s in config.sow_topics:
+        storage = "memory" if s.durability == "transient" or not s.file_name else f"leveldb {s.file_name}"
+        keys = ",".join(s.keys) or "(user-supplied SowKey)"
+        print(f"  sow topic {s.name}: {s.message_type}, key {keys}, {storage}")
+    if config.transaction_log:
+        tl = config.transaction_log
+        print(f"  transaction log: {tl.journal_directory} ({', '.join(t.name for t in tl.topics)})")
+    for a in config.actions:
+        print(f"  action: on {', '.join(o.module for o in a.on)} do {', '.join(d.module for d in a.do)}")
+    print(f"  {len(config.warnings)} warning(s)")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the broker until SIGTERM/SIGINT."""
+    import trio
+
+    from broker.server.kernel import Broker
+
+    config = _load(args.config)
+    for w in config.warnings:
+        log.warning("%s", w)
+
+    async def main() -> None:
+        broker = Broker(config)
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                await nursery.start(broker.serve)
+                log.info("broker %s ready (instance %s)", __version__, config.name)
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    break
+            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_DEADLINE
+            nursery.cancel_scope.cancel()
+        log.info("broker stopped")
+
+    trio.run(main)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List installed plugins and what they register."""
+    from broker.plugins import build_plugin_manager
+
+    modules: list[tuple[str, str]] = []
+    base = None
+    if args.config:
+        config = _load(args.config)
+        modules = [(m.name, m.library) for m in config.modules]
+        base = Path(args.config).resolve().parent
+    pm = build_plugin_manager(modules, base_dir=base)
+    print("plugins:")
+    for name, source in pm.plugins():
+        print(f"  {name:24} {source}")
+    for registry in pm.registries():
+        print(f"{registry.kind}s:")
+        for reg in registry:
+            desc = f" — {reg.description}" if reg.description else ""
+            print(f"  {reg.name:24} from {reg.plugin}{desc}")
+    return 0
+
+
+def cmd_journal(args: argparse.Namespace) -> int:
+    """Journal tools: dump and grep."""
+    from broker.txlog import cli as journal_cli
+
+    if args.journal_command == "dump":
+        journal_cli.dump(args.paths, topic=args.topic, start=args.start, end=args.end, fmt=args.format)
+    else:
+        journal_cli.grep(args.filter, args.paths, topic=args.topic, fmt=args.format)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used to document the CLI)."""
+    parser = argparse.ArgumentParser(prog="broker", description="An AMPS-protocol message broker.")
+    parser.add_argument("--version", action="version", version=f"broker {__version__}")
+    parser.add_argument("--log-level", default="info", help="debug, info, warning or error (default info)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the broker")
+    p.add_argument("config")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("check", help="validate a config and print a summary")
+    p.add_argument("config")
+    p.add_argument("--dump", action="store_true", help="print the fully expanded config")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("plugins", help="list installed plugins")
+    p.add_argument("config", nargs="?", help="also load the config's <Modules>")
+    p.set_defaults(func=cmd_plugins)
+    p = sub.add_parser("journal", help="read transaction log journals")
+    jsub = p.add_subparsers(dest="journal_command", required=True)
+    for name in ("dump", "grep"):
+        j = jsub.add_parser(name, help=f"{name} journal records")
+        if name == "grep":
+            j.add_argument("filter", help="an AMPS content filter, e.g. \"/qty > 10\"")
+        j.add_argument("paths", nargs="+", help="journal files or directories (live, archived, compressed)")
+        j.add_argument("--topic")
+        if name == "dump":
+            j.add_argument("--start", help="a bookmark or timestamp (YYYYmmddTHHMMSS[Z])")
+            j.add_argument("--end", help="a bookmark or timestamp")
+        j.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
+        j.set_defaults(func=cmd_journal)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``broker`` command."""
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        print(f"{len(exc.issues)} error(s); nothing was started.", file=sys.stderr)
+        return 2
+    except BrokerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Which acks a command asked for, and building ack frames with the exact fields the clients read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+ACK_TYPES = ("received", "parsed", "processed", "persisted", "completed", "stats")
+
+
+def requested_acks(header: Mapping[str, Any]) -> frozenset[str]:
+    """The ack types listed in the command's ``a`` field."""
+    text = header.get("ack_type")
+    if not text:
+        return frozenset()
+    return frozenset(part.strip() for part in str(text).split(",") if part.strip())
+
+
+def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None = None,
+               **extras: Any) -> dict[str, Any]:
+    """An ack answering ``request``: ``c``, ``cid`` echoed, exactly one ``a``, status and reason."""
+    h: dict[str, Any] = {"c": "ack"}
+    cid = request.get("cmd_id")
+    if cid is not None:
+        h["cid"] = cid
+    h["a"] = ack_type
+    h["status"] = "failure" if reason else "success"
+    if reason:
+        h["reason"] = reason
+    for key, value in extras.items():
+        if value is not None:
+            h[key] = value
+    return h

@@ -1,0 +1,409 @@
+"""The engine: applies every command in one trio task context, so each runs atomically.
+
+Publishing parses the message once (lazily), generates the SOW key, appends to the journal, upserts the
+SOW, and fans out to subscriptions (with out-of-focus notices). Queries are planned here and streamed by
+the session. The engine never awaits: the kernel and sessions own all I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from broker.engine.queries import QueryPart, QueryPlan, parse_int_option, parse_options
+from broker.engine.router import Router, Subscription
+from broker.engine.topics import TopicPattern
+from broker.errors import BrokerError, CommandError
+from broker.sow.record import SowRecord
+from broker.sow.topic import SowTopic, check_batch_size
+
+log = logging.getLogger("broker.engine")
+
+
+class Client(Protocol):
+    """What the engine needs from a connected client (a :class:`broker.server.session.Session`)."""
+
+    name: str
+    message_type: Any
+
+    def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
+                     x: str | None, command: str = "p", reason: str | None = None) -> None: ...
+
+    def note_delivered(self, published_ns: int) -> None: ...
+
+
+@dataclass
+class EngineCounters:
+    """Totals for monitoring."""
+
+    messages_received: int = 0
+    messages_delivered: int = 0
+    commands_failed: int = 0
+    oof: dict[str, int] = field(default_factory=lambda: {"match": 0, "deleted": 0, "expired": 0})
+    topics: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class PublishOutcome:
+    """What a publish did, for acks."""
+
+    sequence: int = 0
+    duplicate: bool = False
+
+
+class Journal(Protocol):
+    """The part of the transaction log the engine uses (see :mod:`broker.txlog`)."""
+
+    def append(self, command: str, topic: str, data: bytes, **fields: Any) -> tuple[int, str]: ...
+
+
+class Engine:
+    """The broker's state: SOW topics, subscriptions, and the journal hook.
+
+    Args:
+        sow_topics: Configured SOW topics by name.
+        message_types: Resolves a message type name to its object.
+        filter_functions: Extra functions for content filters (from plugins).
+        journal: The transaction log, or ``None``.
+        is_logged: Whether a topic is recorded in the transaction log.
+        compile_filter: Compiles filter text (``broker.expr.compile_filter``).
+        compile_order_by: Compiles OrderBy text.
+        stats_topics: Topics counted individually in statistics (others aggregate as ``_other``).
+    """
+
+    def __init__(
+        self,
+        *,
+        sow_topics: Mapping[str, SowTopic],
+        message_types: Callable[[str], Any],
+        compile_filter: Callable[..., Any],
+        compile_order_by: Callable[[str], Any],
+        filter_functions: Mapping[str, Callable[..., Any]] | None = None,
+        journal: Journal | None = None,
+        is_logged: Callable[[str], bool] = lambda topic: False,
+        stats_topics: frozenset[str] = frozenset(),
+    ) -> None:
+        self.router = Router()
+        self.sow_topics = dict(sow_topics)
+        self.message_types = message_types
+        self._compile_filter = compile_filter
+        self._compile_order_by = compile_order_by
+        self._functions = dict(filter_functions or {})
+        self._filter_cache: dict[str, Any] = {}
+        self.journal = journal
+        self.is_logged = is_logged
+        self.counters = EngineCounters()
+        self._stats_topics = stats_topics
+        #: Highest publish-store sequence applied per publisher name (de-duplication).
+        self.publisher_seq: dict[str, int] = {}
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def is_duplicate(self, client_name: str, seq: int) -> bool:
+        """Whether a publisher's store sequence was already applied (a re-send after reconnect)."""
+        if seq <= self.publisher_seq.get(client_name, 0):
+            return True
+        dedup = getattr(self.journal, "dedup", None)
+        return dedup is not None and dedup.is_duplicate(client_name, seq)
+
+    def compile_filter(self, text: str | None) -> Any:
+        """A compiled filter (cached by text), or ``None`` for no filter."""
+        if not text:
+            return None
+        found = self._filter_cache.get(text)
+        if found is None:
+            found = self._compile_filter(text, self._functions)
+            if len(self._filter_cache) > 10_000:
+                self._filter_cache.clear()
+            self._filter_cache[text] = found
+        return found
+
+    def _count_topic(self, topic: str, received: int, delivered: int) -> None:
+        name = topic if topic in self._stats_topics else "_other"
+        slot = self.counters.topics.get(name)
+        if slot is None:
+            slot = self.counters.topics[name] = [0, 0]
+        slot[0] += received
+        slot[1] += delivered
+
+    # -- publish -------------------------------------------------------------------------------------
+    def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False) -> PublishOutcome:
+        """Apply one publish or delta_publish.
+
+        Raises:
+            CommandError: the topic is missing, the message cannot be parsed or keyed.
+        """
+        topic = header.get("topic")
+        if not topic:
+            raise CommandError("invalid topic", "publish without a topic")
+        seq = header.get("seq")
+        if seq and client.name and self.is_duplicate(client.name, seq):
+            return PublishOutcome(0, duplicate=True)
+        now_ns = time.time_ns()
+        self.counters.messages_received += 1
+        sow = self.sow_topics.get(topic)
+        x = header.get("correlation_id")
+        previous: SowRecord | None = None
+        key: str | None = None
+        if sow is not None:
+            mt = sow.message_type
+            msg = mt.parse(body)
+            key = sow.key_for(msg, header.get("sow_key"))
+            previous = sow.get(key)
+            if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
+                previous = None
+            if delta and previous is not None:
+                body = mt.merge(previous.data, body)
+                msg = mt.parse(body)
+        else:
+            mt = client.message_type
+            msg = mt.parse(body)
+        bm = None
+        sequence = 0
+        if self.journal is not None and self.is_logged(topic):
+            sequence, bm = self.journal.append(
+                "delta_publish" if delta else "publish", topic, body,
+                sow_key=key or "", publisher=(client.name_hash, seq or 0),
+                message_type=mt.name, correlation_id=x or "", timestamp_ns=now_ns,
+            )
+        if seq and client.name:
+            self.publisher_seq[client.name] = seq
+        if sow is not None:
+            assert key is not None
+            expire_at = 0
+            if sow.default_expiration is not None:
+                e = header.get("expiration")
+                lifetime = _parse_expiration(e) if e not in (None, "") else sow.default_expiration
+                if lifetime:
+                    expire_at = now_ns + int(lifetime * 1e9)
+            record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
+            sow.upsert(record, previous)
+        delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
+        self._count_topic(topic, 1, delivered)
+        return PublishOutcome(sequence)
+
+    def _fan_out(self, topic: str, body: bytes, msg: Any, bm: str | None, key: str | None,
+                 x: str | None, previous: SowRecord | None, sow: SowTopic | None, now_ns: int) -> int:
+        candidates = self.router.candidates(topic)
+        if not candidates:
+            return 0
+        # client id -> [client, publish sids, oof sids, delta sids]
+        targets: dict[int, list[Any]] = {}
+        prev_msg = None
+        for sub in candidates:
+            flt = sub.filter
+            try:
+                hit = flt is None or flt(msg)
+            except BrokerError:
+                hit = False
+            if hit:
+                slot = targets.get(id(sub.client))
+                if slot is None:
+                    slot = targets[id(sub.client)] = [sub.client, [], [], []]
+                (slot[3] if sub.delta and previous is not None else slot[1]).append(sub.sub_id)
+            elif sub.oof and previous is not None and flt is not None:
+                if prev_msg is None:
+                    prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
+                try:
+                    was = prev_msg is not None and flt(prev_msg)
+                except BrokerError:
+                    was = False
+                if was:
+                    slot = targets.get(id(sub.client))
+                    if slot is None:
+                        slot = targets[id(sub.client)] = [sub.client, [], [], []]
+                    slot[2].append(sub.sub_id)
+        delivered = 0
+        for client, pubs, oofs, deltas in targets.values():
+            if pubs:
+                client.send_publish(topic, ",".join(pubs), body, bm, key, x)
+                delivered += 1
+            if deltas:
+                assert sow is not None and previous is not None
+                diff = sow.message_type.diff(previous.data, body, sow.key_fields)
+                client.send_publish(topic, ",".join(deltas), diff, bm, key, x)
+                delivered += 1
+            if oofs:
+                client.send_publish(topic, ",".join(oofs), body, bm, key, x, command="oof", reason="match")
+                self.counters.oof["match"] += len(oofs)
+            client.note_delivered(now_ns)
+        self.counters.messages_delivered += delivered
+        return delivered
+
+    def _send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
+        """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
+        subs = [s for s in self.router.candidates(sow.name) if s.oof]
+        if not subs or not records:
+            return
+        for rec in records:
+            msg = sow.message_type.parse(rec.data)
+            targets: dict[int, list[Any]] = {}
+            for sub in subs:
+                try:
+                    hit = sub.filter is None or sub.filter(msg)
+                except BrokerError:
+                    hit = False
+                if hit:
+                    targets.setdefault(id(sub.client), [sub.client, []])[1].append(sub.sub_id)
+            for client, sids in targets.values():
+                client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
+                                    rec.correlation_id or None, command="oof", reason=reason)
+                self.counters.oof[reason] += len(sids)
+
+    # -- subscriptions -------------------------------------------------------------------------------
+    def subscribe(self, client: Any, header: Mapping[str, Any], *, kind: str = "subscribe",
+                  delta: bool = False, oof: bool = False) -> Subscription:
+        """Register a subscription (replacing one with the same sub_id when ``replace`` is given).
+
+        Raises:
+            CommandError: bad topic, bad filter, or the sub_id is in use without ``replace``.
+        """
+        sub_id = header.get("sub_id") or header.get("cmd_id")
+        if not sub_id:
+            raise CommandError("invalid subid", "subscribe without sub_id or cid")
+        words, _pairs = parse_options(header.get("options"))
+        topic = TopicPattern.compile(header.get("topic") or "")
+        flt = self.compile_filter(header.get("filter"))
+        existing = self.router.get(client, sub_id)
+        if existing is not None and "replace" not in words:
+            raise CommandError("subid in use", f"subscription {sub_id!r} already exists; use replace")
+        sub = Subscription(
+            client=client, sub_id=sub_id, topic=topic, filter=flt, options=words, kind=kind,
+            delta=delta, filter_text=header.get("filter") or "",
+            in_focus=set() if (oof or "oof" in words) else None,
+        )
+        self.router.add(sub)
+        return sub
+
+    def unsubscribe(self, client: Any, sub_id: str | None) -> int:
+        """Remove one subscription, or all of the client's with ``all``; returns how many."""
+        if not sub_id or sub_id == "all":
+            return len(self.router.remove_client(client))
+        removed = 0
+        for one in sub_id.split(","):
+            if self.router.remove(client, one.strip()) is not None:
+                removed += 1
+        return removed
+
+    def disconnect(self, client: Any) -> None:
+        """Forget everything about a client that went away."""
+        self.router.remove_client(client)
+
+    # -- queries -------------------------------------------------------------------------------------
+    def plan_query(self, header: Mapping[str, Any]) -> tuple[QueryPlan, int]:
+        """Plan a sow query (or the query half of sow_and_subscribe).
+
+        Returns:
+            The plan and the effective batch size.
+
+        Raises:
+            CommandError: no SOW topic matches, bad filter, bad options.
+        """
+        topic_text = header.get("topic") or ""
+        pattern = TopicPattern.compile(topic_text)
+        topics = [t for name, t in self.sow_topics.items() if pattern.matches(name)]
+        words, pairs = parse_options(header.get("options"))
+        batch_size = check_batch_size(header.get("batch_size"))
+        top_n = header.get("top_n")
+        if top_n is None:
+            top_n = parse_int_option(pairs, "top_n")
+        skip_n = parse_int_option(pairs, "skip_n") or 0
+        if skip_n and top_n is None:
+            raise CommandError("invalid options", "skip_n requires top_n")
+        order_text = header.get("order_by")
+        order_by = None
+        if order_text:
+            order_by = self._compile_order_by(order_text)
+        predicate = self.compile_filter(header.get("filter"))
+        keys = None
+        sow_keys = header.get("sow_keys")
+        if sow_keys:
+            keys = [k for k in str(sow_keys).split(",") if k]
+        plan = QueryPlan(
+            parts=[QueryPart(t, t.storage.snapshot()) for t in topics],
+            predicate=predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n,
+            now_ns=time.time_ns(),
+        )
+        return plan, batch_size
+
+    def has_sow(self, topic_text: str) -> bool:
+        """Whether ``topic_text`` (literal or regex) names at least one SOW topic."""
+        pattern = TopicPattern.compile(topic_text)
+        return any(pattern.matches(name) for name in self.sow_topics)
+
+    def sow_delete(self, client: Any, header: Mapping[str, Any], body: bytes) -> tuple[int, int]:
+        """Delete by filter, by SowKeys, or by message data.
+
+        Returns:
+            (matches, records deleted).
+
+        Raises:
+            CommandError: the topic has no SOW, or the command mixes forms.
+        """
+        topic = header.get("topic") or ""
+        sow = self.sow_topics.get(topic)
+        if sow is None:
+            if not topic:
+                raise CommandError("invalid topic", "sow_delete without a topic")
+            raise CommandError("invalid topic", f"topic {topic!r} has no SOW; configure it under <SOW>")
+        flt_text = header.get("filter")
+        sow_keys = header.get("sow_keys")
+        forms = sum(1 for f in (flt_text, sow_keys, body) if f)
+        if forms > 1:
+            raise CommandError(
+                "sow_delete command only supports one of: filter, sow_keys, bookmark, or data",
+                "sow_delete takes one of filter, sow_keys or data",
+            )
+        if sow_keys:
+            removed = sow.delete_keys(k for k in str(sow_keys).split(",") if k)
+            matches = len(removed)
+        elif body:
+            msg = sow.message_type.parse(body)
+            removed = sow.delete_keys([sow.key_for(msg, header.get("sow_key"))])
+            matches = len(removed)
+        else:
+            predicate = self.compile_filter(flt_text)
+            _examined, removed = sow.delete_matching(predicate)
+            matches = len(removed)
+        now_ns = time.time_ns()
+        if removed and self.journal is not None and self.is_logged(topic):
+            for rec in removed:
+                self.journal.append("sow_delete", topic, b"", sow_key=rec.key,
+                                    message_type=sow.message_type.name, timestamp_ns=now_ns)
+        self._send_oof(sow, removed, "deleted")
+        return matches, len(removed)
+
+    def expire(self, now_ns: int | None = None) -> int:
+        """Remove expired SOW records, sending ``expired`` OOF notices; returns how many."""
+        now_ns = now_ns or time.time_ns()
+        total = 0
+        for sow in self.sow_topics.values():
+            nxt = sow.next_expiry_ns()
+            if nxt is None or nxt > now_ns:
+                continue
+            expired = sow.pop_expired(now_ns)
+            if expired:
+                total += len(expired)
+                if self.journal is not None and self.is_logged(sow.name):
+                    for rec in expired:
+                        self.journal.append("expire", sow.name, b"", sow_key=rec.key,
+                                            message_type=sow.message_type.name, timestamp_ns=now_ns)
+                self._send_oof(sow, expired, "expired")
+        return total
+
+    def next_expiry_ns(self) -> int | None:
+        """The earliest pending expiration across SOW topics."""
+        times = [t for s in self.sow_topics.values() if (t := s.next_expiry_ns()) is not None]
+        return min(times) if times else None
+
+
+def _parse_expiration(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise CommandError("invalid options", f"expiration {value!r} is not a number of seconds") from None
+    if seconds < 0:
+        raise CommandError("invalid options", "expiration must not be negative")
+    return seconds

@@ -1,0 +1,320 @@
+"""The kernel: builds a broker from its config and runs it as one trio nursery tree.
+
+Lifecycle (hypercorn-style nesting): resources (plugins, storage, journal) are opened first, then side
+tasks (journal syncer, expiration sweeper, admin server), then the transports' listeners, each reporting
+``task_status.started``. Cancelling the tree stops accepting, closes clients, syncs the journal and
+closes storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker import __version__
+from broker.config.model import Config, SowTopicConfig
+from broker.engine.engine import Engine
+from broker.errors import BrokerError, CommandError, ConfigError, PluginError
+from broker.plugins import PluginManager, build_plugin_manager
+from broker.sow.keys import KeySpec
+from broker.sow.storage import StorageSpec
+from broker.sow.topic import SowTopic
+
+log = logging.getLogger("broker")
+
+#: The version string sent in logon acks (the client parses dotted parts of at most two digits).
+WIRE_VERSION = "5.3.4.0"
+
+
+class _Histogram:
+    """Fallback latency histogram when :mod:`broker.stats` is unavailable."""
+
+    def observe(self, seconds: float) -> None:  # pragma: no cover - replaced at start-up
+        pass
+
+
+def _histogram() -> Any:
+    try:
+        from broker.stats.histogram import Histogram
+    except ImportError:  # pragma: no cover
+        return _Histogram()
+    return Histogram()
+
+
+class Broker:
+    """A configured broker instance: engine, sessions, counters.
+
+    Args:
+        config: The loaded configuration.
+        plugins: A collected plugin manager (built from the config's ``<Modules>`` when omitted).
+    """
+
+    def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
+        from broker.expr import compile_filter, compile_order_by
+        from broker.messagetypes import get_message_type
+
+        self.config = config
+        self.version = WIRE_VERSION
+        self.start_time = time.time()
+        base = Path(config.source).parent if config.source else Path.cwd()
+        self.plugins = plugins or build_plugin_manager(
+            [(m.name, m.library) for m in config.modules], base_dir=base
+        )
+        self.message_type = get_message_type
+        self.sessions: set[Any] = set()
+        self.counters: dict[str, int] = {
+            "bytes_in": 0, "client_disconnects": 0, "slow_client_disconnects": 0,
+            "protocol_errors": 0, "commands_failed": 0,
+        }
+        self.latency = _histogram()
+        self.journal: Any = None
+        self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any]]] = deque()
+        self._journal_dirty = trio.Event() if _in_trio() else None
+        self._logged_patterns: list[re.Pattern[str]] = []
+        functions = {r.name: r.factory for r in self.plugins.filter_functions}
+        topics = {t.name: self._build_topic(t) for t in config.sow_topics}
+        self._open_journal()
+        self.engine = Engine(
+            sow_topics=topics,
+            message_types=get_message_type,
+            compile_filter=compile_filter,
+            compile_order_by=compile_order_by,
+            filter_functions=functions,
+            journal=self.journal,
+            is_logged=self.is_logged,
+            stats_topics=frozenset(topics) | frozenset(
+                t.name for t in (config.transaction_log.topics if config.transaction_log else ())
+            ),
+        )
+        self.replays_active = 0
+        self.admin_port: int | None = None
+        self.addresses: list[tuple[str, int]] = []
+
+    # -- construction --------------------------------------------------------------------------------
+    def _build_topic(self, cfg: SowTopicConfig) -> SowTopic:
+        from broker.messagetypes import get_message_type
+
+        where = f"SOW Topic {cfg.name!r} ({cfg.where})"
+        try:
+            mt = get_message_type(cfg.message_type)
+        except CommandError as exc:
+            raise ConfigError(f"{where}: {exc.detail}") from None
+        keygen = None
+        if cfg.keys or cfg.key_generator is not None:
+            ref = cfg.key_generator
+            name = ref.module if ref is not None else "default"
+            try:
+                factory = self.plugins.key_generators.get(name, where=where)
+            except PluginError as exc:
+                raise ConfigError(str(exc)) from None
+            spec = KeySpec(
+                topic=cfg.name, key_domain=cfg.key_domain or cfg.name, key_fields=tuple(cfg.keys),
+                options=dict(ref.options) if ref is not None else {}, message_type=cfg.message_type,
+            )
+            try:
+                keygen = factory(spec)
+            except BrokerError as exc:
+                raise ConfigError(f"{where}: key generator {name!r} refused its options: {exc}") from None
+        engine_name = "memory" if cfg.durability == "transient" or not cfg.file_name else "leveldb"
+        factory = self.plugins.storage_engines.get(engine_name, where=where)
+        storage = factory(StorageSpec(topic=cfg.name, path=cfg.file_name if engine_name != "memory" else None))
+        topic = SowTopic(
+            name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
+            key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
+        )
+        if cfg.expiration is not None:
+            topic.rebuild_expiry_index()
+        log.info("SOW topic %s: %s storage%s, %d records", cfg.name, engine_name,
+                 f" at {cfg.file_name}" if engine_name != "memory" else "", storage.count())
+        return topic
+
+    def _open_journal(self) -> None:
+        txlog = self.config.transaction_log
+        if txlog is None:
+            return
+        for t in txlog.topics:
+            try:
+                self._logged_patterns.append(re.compile(t.name if _is_regex(t.name) else re.escape(t.name) + r"\Z"))
+            except re.error as exc:
+                raise ConfigError(f"TransactionLog Topic {t.name!r}: bad regex: {exc}") from None
+        try:
+            from broker.txlog import JournalWriter
+        except ImportError:  # pragma: no cover - transaction log not built yet
+            log.warning("transaction log configured but broker.txlog is unavailable; not logging")
+            return
+        self.journal = JournalWriter(txlog, self.config.name)
+        self.journal.open()
+
+    def is_logged(self, topic: str) -> bool:
+        """Whether the transaction log records ``topic``."""
+        return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
+
+    def last_persisted(self, client_name: str) -> int:
+        """The highest publish-store sequence persisted for a publisher (for the logon ack)."""
+        last = self.engine.publisher_seq.get(client_name, 0)
+        if self.journal is not None:
+            last = max(last, self.journal.dedup.last_persisted(client_name))
+        return last
+
+    # -- durability ----------------------------------------------------------------------------------
+    def after_durable(self, sequence: int, session: Any, header: Mapping[str, Any]) -> None:
+        """Send ``session`` a persisted ack for ``header`` once the journal is durable past ``sequence``."""
+        self._durable_waiters.append((sequence, session, header))
+        if self._journal_dirty is not None:
+            self._journal_dirty.set()
+
+    async def wait_durable(self) -> None:
+        """Wait until everything appended so far is durable."""
+        if self.journal is None:
+            return
+        target = self.journal.last_sequence
+        while self.journal.durable_sequence < target:
+            if self._journal_dirty is not None:
+                self._journal_dirty.set()
+            await trio.sleep(0.001)
+
+    async def _journal_syncer(self) -> None:
+        """Group commit: one fsync covers every record appended since the last one."""
+        assert self.journal is not None
+        interval = self.config.transaction_log.flush_interval if self.config.transaction_log else 0.1
+        while True:
+            if self.journal.durable_sequence >= self.journal.last_sequence:
+                self._journal_dirty = trio.Event()
+                with trio.move_on_after(interval):
+                    await self._journal_dirty.wait()
+                if self.journal.durable_sequence >= self.journal.last_sequence:
+                    continue
+            durable = await trio.to_thread.run_sync(self.journal.sync)
+            waiters = self._durable_waiters
+            while waiters and waiters[0][0] <= durable:
+                _, session, header = waiters.popleft()
+                session.ack(header, frozenset({"persisted"}), "persisted", s=header.get("seq"))
+
+    # -- running -------------------------------------------------------------------------------------
+    async def _expiration_sweeper(self) -> None:
+        while True:
+            nxt = self.engine.next_expiry_ns()
+            delay = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.time_ns()) / 1e9))
+            await trio.sleep(delay)
+            self.engine.expire()
+
+    async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled: side tasks, then the listeners. Reports the bound addresses."""
+        from broker.server.transport import serve_transport
+
+        self._journal_dirty = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.journal is not None:
+                    nursery.start_soon(self._journal_syncer)
+                nursery.start_soon(self._expiration_sweeper)
+                if self.config.admin is not None:
+                    await self._start_admin(nursery)
+                for transport in self.config.transports:
+                    addrs = await nursery.start(serve_transport, transport, self)
+                    self.addresses.extend(addrs)
+                task_status.started(self.addresses)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+
+    async def _start_admin(self, nursery: trio.Nursery) -> None:
+        admin = self.config.admin
+        assert admin is not None
+        try:
+            from broker.admin.server import serve_admin
+        except ImportError:  # pragma: no cover - admin not built yet
+            log.warning("Admin configured but broker.admin is unavailable")
+            return
+        self.admin_port = await nursery.start(serve_admin, admin.host, admin.port, self.statistics)
+        log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
+
+    async def aclose(self) -> None:
+        """Sync the journal and close storage (after the nursery is done)."""
+        if self.journal is not None:
+            try:
+                await trio.to_thread.run_sync(self.journal.sync)
+                self.journal.close()
+            except BrokerError as exc:
+                log.error("journal close failed: %s", exc)
+            self.journal = None
+        for topic in self.engine.sow_topics.values():
+            topic.storage.close()
+
+    # -- statistics ----------------------------------------------------------------------------------
+    def statistics(self) -> dict[str, Any]:
+        """A snapshot of every counter (the contract in :mod:`broker.stats.snapshot`)."""
+        c = self.engine.counters
+        journal = None
+        if self.journal is not None:
+            js = self.journal.statistics()
+            files = {"active": 0, "archived": 0, "compressed": 0}
+            for state, n in js.files.items():
+                files["compressed" if "compress" in state else "archived" if "archiv" in state else "active"] += n
+            journal = {
+                "files": files,
+                "bytes": js.bytes_on_disk,
+                "last_sequence": js.last_sequence,
+                "durable_sequence": js.durable_sequence,
+                "fsync": {"buckets": list(js.fsync_buckets), "sum": js.fsync_seconds_sum, "count": js.fsync_count},
+                "replays_active": self.replays_active,
+                "records_appended": js.appended_records,
+            }
+        sessions = list(self.sessions)
+        return {
+            "instance": {"name": self.config.name, "version": __version__, "start_time": self.start_time,
+                         "config_path": self.config.source, "pid": _pid()},
+            "counters": {
+                "messages_received": c.messages_received, "messages_delivered": c.messages_delivered,
+                "bytes_in": self.counters["bytes_in"],
+                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters.get("bytes_out_closed", 0),
+                "client_disconnects": self.counters["client_disconnects"],
+                "slow_client_disconnects": self.counters["slow_client_disconnects"],
+                "protocol_errors": self.counters["protocol_errors"],
+                "commands_failed": self.counters["commands_failed"],
+            },
+            "clients": [s.statistics() for s in sessions],
+            "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},
+            "subscriptions": self.engine.router.count_by_kind(),
+            "sow": {name: t.statistics() for name, t in self.engine.sow_topics.items()},
+            "oof": dict(c.oof),
+            "latency": self.latency.snapshot() if hasattr(self.latency, "snapshot") else
+            {"buckets": [(float("inf"), 0)], "sum": 0.0, "count": 0},
+            "journal": journal,
+            "actions": {},
+        }
+
+    async def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+                                 *, delta: bool = False) -> None:
+        """A subscription with a bookmark: replay from the journal, then live."""
+        raise CommandError("not supported", "bookmark subscriptions need the transaction log (not built yet)")
+
+
+def _is_regex(text: str) -> bool:
+    from broker.engine.topics import is_regex_topic
+
+    return is_regex_topic(text)
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+StatsSource = Callable[[], dict[str, Any]]

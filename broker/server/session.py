@@ -1,0 +1,375 @@
+"""One connected client: logon, command dispatch, acks, query streaming, heartbeats.
+
+The reader task decodes frames (sans-IO :mod:`broker.protocol`) and applies each command in order; the
+writer task drains the bounded outbound buffer. An error in one command answers that command and the
+connection carries on; a broken byte stream closes this connection only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.engine.acks import ack_header, requested_acks
+from broker.errors import BrokerError, CommandError, ProtocolError
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_oof, encode_publish, encode_sow_batch
+from broker.server.outbound import Outbound, SlowClient
+from broker.txlog.bookmarks import client_name_hash
+
+if TYPE_CHECKING:
+    from broker.server.kernel import Broker
+
+log = logging.getLogger("broker.session")
+
+_ids = itertools.count(1)
+
+#: Bytes of query results queued before streaming waits for the client to read.
+QUERY_WATERMARK = 4 * 1024 * 1024
+
+
+def amps_timestamp(ns: int) -> str:
+    """AMPS's timestamp form, ``20240101T000000.000000Z`` (UTC)."""
+    secs, rem = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+
+
+class Session:
+    """A client connection.
+
+    Args:
+        stream: The connected socket stream.
+        broker: The running broker (engine, config, statistics).
+        transport: The transport configuration the client connected through.
+        remote: The peer address for logs and statistics.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, broker: Broker, transport: Any, remote: str) -> None:
+        self.id = f"client-{next(_ids)}"
+        self.stream = stream
+        self.broker = broker
+        self.engine = broker.engine
+        self.transport = transport
+        self.remote = remote
+        self.conn = Connection(max_frame_size=transport.max_message_size)
+        self.outbound = Outbound(transport.client_buffer)
+        self.name = ""
+        self.name_hash = 0
+        self.logged_on = False
+        self.message_type = broker.message_type(transport.message_type or "json")
+        self.connected_at = time.time()
+        self.messages_in = 0
+        self.messages_out = 0
+        self.bytes_in = 0
+        self._held: list[bytes] | None = None
+        self._hold_depth = 0
+        self._last_heard = trio.current_time()
+        self._heartbeat_interval: float | None = None
+        self._nursery: trio.Nursery | None = None
+        self.closed_reason = ""
+
+    # -- outbound ------------------------------------------------------------------------------------
+    def send(self, header: Mapping[str, Any], body: bytes = b"") -> None:
+        """Queue one frame (held back while a query's results are being streamed)."""
+        frame = encode_frame(header, body)
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            self.outbound.put(frame)
+        if self.outbound.overflowed:
+            self._offline()
+
+    def _send_now(self, header: Mapping[str, Any], body: bytes = b"") -> None:
+        """Queue a frame ahead of held live messages (query results, acks of the query)."""
+        self.outbound.put(encode_frame(header, body))
+        if self.outbound.overflowed:
+            self._offline()
+
+    def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
+                     x: str | None, command: str = "p", reason: str | None = None) -> None:
+        """Deliver a message (or an out-of-focus notice) to this client's subscriptions ``sids``."""
+        if command == "oof":
+            frame = encode_oof(topic, sids, body, reason=reason or "match", bm=bm or None, k=k or None, x=x or None)
+        else:
+            frame = encode_publish(topic, sids, body, bm=bm or None, k=k or None, x=x or None)
+        self.messages_out += 1
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            self.outbound.put(frame)
+            if self.outbound.overflowed:
+                self._offline()
+
+    def note_delivered(self, published_ns: int) -> None:
+        """Record publish-to-delivery latency (the frame is queued for the socket now)."""
+        self.broker.latency.observe((time.time_ns() - published_ns) / 1e9)
+
+    def _offline(self) -> None:
+        if not self.closed_reason:
+            self.closed_reason = "slow client"
+            self.broker.counters["slow_client_disconnects"] += 1
+            log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes", self.id, self.name,
+                        self.outbound.limit)
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+    def ack(self, request: Mapping[str, Any], acks: frozenset[str], ack_type: str, *,
+            reason: str | None = None, now: bool = False, **extras: Any) -> None:
+        """Send ``ack_type`` if the request asked for it."""
+        if ack_type in acks:
+            h = ack_header(request, ack_type, reason=reason, **extras)
+            (self._send_now if now else self.send)(h)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the client until it disconnects, breaks the protocol, or is offlined."""
+        self.broker.sessions.add(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.broker.sessions.discard(self)
+            self.engine.disconnect(self)
+            self.broker.counters["client_disconnects"] += 1
+            with trio.move_on_after(1) as cs:
+                cs.shield = True
+                await trio.aclose_forcefully(self.stream)
+            log.info("%s %s (%s) disconnected%s", self.id, self.name or "-", self.remote,
+                     f": {self.closed_reason}" if self.closed_reason else "")
+
+    async def _writer(self) -> None:
+        try:
+            await self.outbound.write_to(self.stream)
+        except SlowClient:
+            self._offline()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+    async def _reader(self) -> None:
+        while True:
+            try:
+                data = await self.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            self.bytes_in += len(data)
+            self.broker.counters["bytes_in"] += len(data)
+            self._last_heard = trio.current_time()
+            try:
+                self.conn.receive_data(data)
+                while True:
+                    frame = self.conn.next_event()
+                    if frame is NEED_DATA:
+                        break
+                    if frame is CLOSED:
+                        return
+                    await self._dispatch(frame.header, bytes(frame.body))
+            except ProtocolError as exc:
+                self.broker.counters["protocol_errors"] += 1
+                self.closed_reason = f"protocol error: {exc}"
+                log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
+                return
+
+    # -- dispatch ------------------------------------------------------------------------------------
+    async def _dispatch(self, header: Mapping[str, Any], body: bytes) -> None:
+        command = header.get("command") or ""
+        acks = requested_acks(header)
+        self.messages_in += 1
+        self.ack(header, acks, "received")
+        try:
+            if command == "logon":
+                self._logon(header, acks)
+                return
+            if not self.logged_on:
+                raise CommandError("logon required", f"{command!r} before logon")
+            handler = _HANDLERS.get(command)
+            if handler is None:
+                raise CommandError("invalid command", f"unknown command {command!r}")
+            self.ack(header, acks, "parsed")
+            await handler(self, header, body, acks)
+        except CommandError as exc:
+            self.broker.counters["commands_failed"] += 1
+            log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
+            failed = "processed" if "processed" in acks else ("persisted" if "persisted" in acks else None)
+            if failed:
+                self.ack(header, acks, failed, reason=exc.reason, now=True,
+                         s=header.get("seq") if failed == "persisted" else None)
+            if "stats" in acks:
+                self.ack(header, acks, "stats", reason=exc.reason, now=True)
+        except BrokerError as exc:
+            self.broker.counters["commands_failed"] += 1
+            log.error("%s (%s): %s failed: %s", self.id, self.name, command, exc)
+            if "processed" in acks:
+                self.ack(header, acks, "processed", reason=exc.reason, now=True)
+
+    def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
+        self.name = header.get("client_name") or self.id
+        self.name_hash = client_name_hash(self.name)
+        mt = header.get("message_type")
+        if mt and self.transport.message_type is None:
+            self.message_type = self.broker.message_type(mt)
+        self.logged_on = True
+        last = self.broker.last_persisted(self.name)
+        self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
+                 client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
+        log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
+
+    async def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish")
+        self.ack(header, acks, "processed")
+        if "persisted" in acks:
+            seq = header.get("seq")
+            if outcome.sequence and not outcome.duplicate:
+                self.broker.after_durable(outcome.sequence, self, header)
+            else:
+                self.ack(header, acks, "persisted", s=seq)
+
+    async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        delta = header.get("command") == "delta_subscribe"
+        if header.get("bookmark"):
+            await self.broker.bookmark_subscribe(self, header, acks, delta=delta)
+            return
+        sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta)
+        self.ack(header, acks, "processed", sub_id=sub.sub_id)
+
+    async def _unsubscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        self.engine.unsubscribe(self, header.get("sub_id"))
+        self.ack(header, acks, "processed")
+
+    async def _sow(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        command = header.get("command")
+        subscribe = command in ("sow_and_subscribe", "sow_and_delta_subscribe")
+        delta = command == "sow_and_delta_subscribe"
+        query_id = header.get("query_id") or header.get("cmd_id") or header.get("sub_id")
+        if header.get("bookmark") and not subscribe:
+            raise CommandError("not supported", "historical SOW queries are not supported yet")
+        has_sow = self.engine.has_sow(header.get("topic") or "")
+        if not has_sow and not subscribe:
+            raise CommandError("invalid topic", f"topic {header.get('topic')!r} has no SOW")
+        # Plan the query and register the subscription in one engine step: atomic.
+        plan, batch_size = self.engine.plan_query(header)
+        sub = None
+        if subscribe:
+            try:
+                sub = self.engine.subscribe(self, header, kind="sow_and_subscribe", delta=delta)
+            except BaseException:
+                plan.close()
+                raise
+        self._held = self._held if self._held is not None else []
+        self._hold_depth += 1
+        returned = 0
+        try:
+            extras = {"query_id": query_id}
+            if sub is not None:
+                extras["sub_id"] = sub.sub_id
+            self.ack(header, acks, "processed", now=True, **extras)
+            self._send_now({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id})
+            outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
+            batch: list[tuple[dict[str, Any], bytes]] = []
+            for topic, rec, _msg in plan.records():
+                batch.append(({"t": topic.name, "k": rec.key, "bm": rec.bookmark,
+                               "ts": amps_timestamp(rec.timestamp_ns), "x": rec.correlation_id}, rec.data))
+                returned += 1
+                if len(batch) >= batch_size:
+                    self.outbound.put(encode_sow_batch(outer, batch))
+                    batch = []
+                    if self.outbound.size > QUERY_WATERMARK:
+                        await self.outbound.wait_below(QUERY_WATERMARK // 2)
+            if batch:
+                self.outbound.put(encode_sow_batch(outer, batch))
+            self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
+            if not subscribe:
+                self.ack(header, acks, "completed", now=True, query_id=query_id,
+                         records_returned=returned, topic_matches=returned)
+            self.ack(header, acks, "stats", now=True, query_id=query_id,
+                     records_returned=returned, topic_matches=returned)
+        finally:
+            plan.close()
+            self._hold_depth -= 1
+            if self._hold_depth == 0:
+                held, self._held = self._held, None
+                self.outbound.extend(held or [])
+                if self.outbound.overflowed:
+                    self._offline()
+
+    async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        if header.get("bookmark") and not body and not header.get("filter"):
+            # A queue acknowledgement (Client.ack): queues are not supported; accept harmlessly.
+            self.ack(header, acks, "processed")
+            return
+        matches, deleted = self.engine.sow_delete(self, header, body)
+        self.ack(header, acks, "processed")
+        self.ack(header, acks, "stats", matches=matches, records_deleted=deleted, topic_matches=matches)
+        if "persisted" in acks:
+            self.ack(header, acks, "persisted", s=header.get("seq"))
+
+    async def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        options = str(header.get("options") or "")
+        if options.startswith("start"):
+            _, _, interval = options.partition(",")
+            try:
+                seconds = float(interval)
+            except ValueError:
+                raise CommandError("invalid options", f"heartbeat interval {interval!r}") from None
+            if seconds <= 0:
+                raise CommandError("invalid options", "heartbeat interval must be positive")
+            first = self._heartbeat_interval is None
+            self._heartbeat_interval = seconds
+            if first and self._nursery is not None:
+                self._nursery.start_soon(self._heartbeats)
+        self.ack(header, acks, "processed")
+
+    async def _heartbeats(self) -> None:
+        while self._heartbeat_interval:
+            interval = self._heartbeat_interval
+            await trio.sleep(interval)
+            if trio.current_time() - self._last_heard > 2 * interval + 1:
+                self.closed_reason = f"no heartbeat for {2 * interval:g}s"
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                return
+            self.send({"c": "heartbeat"})
+
+    async def _flush(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        if "persisted" in acks:
+            await self.broker.wait_durable()
+            self.ack(header, acks, "persisted")
+        self.ack(header, acks, "processed")
+
+    def statistics(self) -> dict[str, Any]:
+        """This client's counters."""
+        return {
+            "id": self.id, "client_name": self.name, "remote": self.remote,
+            "connected_at": self.connected_at, "messages_in": self.messages_in,
+            "messages_out": self.messages_out, "bytes_in": self.bytes_in,
+            "bytes_out": self.outbound.bytes_out,
+            "subscriptions": sum(1 for s in self.engine.router.subscriptions() if s.client is self),
+            "queued_bytes": self.outbound.size,
+        }
+
+
+_HANDLERS = {
+    "p": Session._publish,
+    "publish": Session._publish,
+    "delta_publish": Session._publish,
+    "subscribe": Session._subscribe,
+    "delta_subscribe": Session._subscribe,
+    "unsubscribe": Session._unsubscribe,
+    "sow": Session._sow,
+    "sow_and_subscribe": Session._sow,
+    "sow_and_delta_subscribe": Session._sow,
+    "sow_delete": Session._sow_delete,
+    "heartbeat": Session._heartbeat,
+    "flush": Session._flush,
+}

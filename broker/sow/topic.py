@@ -1,0 +1,224 @@
+"""A SOW topic: upserts by SOW key, deletes, queries and expiration over a storage engine.
+
+Pure: no trio, no sockets. The engine calls it from its single task context, so every method runs
+atomically with respect to publishes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import CommandError
+from broker.sow.keys import KeyGenerator, validate_user_key
+from broker.sow.record import SowRecord
+from broker.sow.storage import Snapshot, Storage
+
+#: BatchSize above this is refused (AMPS caps batches the same way).
+MAX_BATCH_SIZE = 10_000
+
+
+@dataclass
+class SowTopicStatistics:
+    """Counters of one SOW topic."""
+
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    queries: int = 0
+    expirations: int = 0
+
+
+@dataclass
+class UpsertResult:
+    """What an upsert did: the record now stored and the one it replaced (``None`` for an insert)."""
+
+    record: SowRecord
+    previous: SowRecord | None
+
+
+@dataclass
+class SowTopic:
+    """One configured SOW topic.
+
+    Attributes:
+        name: The topic name.
+        message_type: The topic's message type object (parse/merge/diff).
+        storage: The storage engine holding the records.
+        key_generator: Generates keys from message content, or ``None`` for user-supplied keys.
+        key_fields: The ``<Key>`` paths (empty for user-supplied keys).
+        default_expiration: Default lifetime in seconds, ``0.0`` when enabled with no default,
+            ``None`` when expiration is disabled.
+    """
+
+    name: str
+    message_type: Any
+    storage: Storage
+    key_generator: KeyGenerator | None
+    key_fields: tuple[str, ...] = ()
+    default_expiration: float | None = None
+    stats: SowTopicStatistics = field(default_factory=SowTopicStatistics)
+    _expiry_heap: list[tuple[int, str]] = field(default_factory=list)
+
+    # -- keys ----------------------------------------------------------------------------------------
+    def key_for(self, message: Any, user_key: str | None) -> str:
+        """The SOW key of a message: generated from its content, or the publisher's ``k``.
+
+        Raises:
+            KeyGenerationError: no key can be made (missing key field, no or non-Base64 user key).
+        """
+        if self.key_generator is not None:
+            return self.key_generator.generate(message)
+        return validate_user_key(user_key, topic=self.name)
+
+    # -- writes --------------------------------------------------------------------------------------
+    def get(self, key: str) -> SowRecord | None:
+        """The record stored under ``key``, or ``None`` (expired records count as absent)."""
+        value = self.storage.get(key.encode())
+        if value is None:
+            return None
+        return SowRecord.decode(key, value)
+
+    def upsert(self, record: SowRecord, previous: SowRecord | None) -> UpsertResult:
+        """Store ``record`` (replacing ``previous``, which the caller read with :meth:`get`)."""
+        self.storage.write(puts=((record.key.encode(), record.encode()),))
+        if previous is None:
+            self.stats.inserts += 1
+        else:
+            self.stats.updates += 1
+        if record.expire_at_ns:
+            heapq.heappush(self._expiry_heap, (record.expire_at_ns, record.key))
+        return UpsertResult(record, previous)
+
+    def delete_keys(self, keys: Iterable[str]) -> list[SowRecord]:
+        """Delete the records with these keys; returns the records that existed."""
+        removed: list[SowRecord] = []
+        for key in keys:
+            rec = self.get(key)
+            if rec is not None:
+                removed.append(rec)
+        if removed:
+            self.storage.write(deletes=[r.key.encode() for r in removed])
+            self.stats.deletes += len(removed)
+        return removed
+
+    def delete_matching(self, predicate: Callable[[Any], bool] | None) -> tuple[int, list[SowRecord]]:
+        """Delete every record whose message satisfies ``predicate`` (all when ``None``).
+
+        Returns:
+            (records examined, records deleted).
+        """
+        examined = 0
+        removed: list[SowRecord] = []
+        with self.storage.snapshot() as snap:
+            for rec in self._iter_records(snap):
+                examined += 1
+                if predicate is None or predicate(self.message_type.parse(rec.data)):
+                    removed.append(rec)
+        if removed:
+            self.storage.write(deletes=[r.key.encode() for r in removed])
+            self.stats.deletes += len(removed)
+        return examined, removed
+
+    # -- expiration ----------------------------------------------------------------------------------
+    def rebuild_expiry_index(self) -> None:
+        """Scan the stored records once (at start-up) to learn which ones expire and when."""
+        self._expiry_heap = [
+            (exp, key.decode())
+            for key, value in self.storage.scan()
+            if (exp := SowRecord.peek_expiry(value))
+        ]
+        heapq.heapify(self._expiry_heap)
+
+    def next_expiry_ns(self) -> int | None:
+        """When the next record is due to expire, or ``None``."""
+        return self._expiry_heap[0][0] if self._expiry_heap else None
+
+    def pop_expired(self, now_ns: int) -> list[SowRecord]:
+        """Remove and return the records whose expiration time has passed.
+
+        Costs O(expired log n): only due heap entries are examined; stale entries (the record was
+        updated or deleted since) are skipped by comparing the stored expiration.
+        """
+        expired: list[SowRecord] = []
+        heap = self._expiry_heap
+        while heap and heap[0][0] <= now_ns:
+            exp, key = heapq.heappop(heap)
+            rec = self.get(key)
+            if rec is not None and rec.expire_at_ns == exp:
+                expired.append(rec)
+        if expired:
+            self.storage.write(deletes=[r.key.encode() for r in expired])
+            self.stats.expirations += len(expired)
+        return expired
+
+    # -- queries -------------------------------------------------------------------------------------
+    def _iter_records(self, snap: Snapshot | Storage, now_ns: int = 0) -> Iterator[SowRecord]:
+        for key, value in snap.scan():
+            rec = SowRecord.decode(key.decode(), value)
+            if now_ns and rec.expire_at_ns and rec.expire_at_ns <= now_ns:
+                continue
+            yield rec
+
+    def query(
+        self,
+        snap: Snapshot,
+        *,
+        predicate: Callable[[Any], bool] | None = None,
+        keys: Iterable[str] | None = None,
+        now_ns: int = 0,
+    ) -> Iterator[tuple[SowRecord, Any]]:
+        """Records of a snapshot that match, with their parsed messages, in key order.
+
+        Args:
+            snap: A snapshot taken when the query started (consistent view).
+            predicate: A compiled content filter, or ``None`` for every record.
+            keys: Restrict to these SOW keys (a ``sow_keys`` list, or keys derived from an equality
+                filter on the key fields) instead of scanning.
+            now_ns: Records expired by this time are skipped.
+        """
+        self.stats.queries += 1
+        parse = self.message_type.parse
+        if keys is not None:
+            source: Iterable[SowRecord] = (
+                SowRecord.decode(k, v) for k in sorted(set(keys)) if (v := snap.get(k.encode())) is not None
+            )
+        else:
+            source = self._iter_records(snap)
+        for rec in source:
+            if now_ns and rec.expire_at_ns and rec.expire_at_ns <= now_ns:
+                continue
+            msg = parse(rec.data)
+            if predicate is None or predicate(msg):
+                yield rec, msg
+
+    def count(self) -> int:
+        """Records stored."""
+        return self.storage.count()
+
+    def statistics(self) -> dict[str, int]:
+        """Counters for monitoring."""
+        s = self.stats
+        return {
+            "records": self.count(),
+            "inserts": s.inserts,
+            "updates": s.updates,
+            "deletes": s.deletes,
+            "queries": s.queries,
+            "expirations": s.expirations,
+        }
+
+
+def check_batch_size(value: int | None) -> int:
+    """The effective BatchSize of a query (default 1).
+
+    Raises:
+        CommandError: the batch size is out of range.
+    """
+    if value is None:
+        return 1
+    if value < 1 or value > MAX_BATCH_SIZE:
+        raise CommandError("invalid options", f"BatchSize {value} is out of range 1..{MAX_BATCH_SIZE}")
+    return value

@@ -1,0 +1,158 @@
+"""Run a real broker in a subprocess for end-to-end tests (ours and plugin authors').
+
+Example::
+
+    with BrokerProcess.from_xml(tmp_path, sow_topics='<Topic>...</Topic>') as b:
+        client = AMPS.Client("t"); client.connect(b.uri); client.logon()
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until something accepts connections on ``port``.
+
+    Raises:
+        RuntimeError: the process exited, or the port did not open in time.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"broker exited with code {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on port {port} within {timeout}s")
+
+
+def config_xml(
+    *,
+    port: int,
+    admin_port: int | None = None,
+    name: str = "test-broker",
+    sow: str = "",
+    transaction_log: str = "",
+    modules: str = "",
+    extra: str = "",
+    transport_extra: str = "",
+) -> str:
+    """A config with one amps TCP transport on ``port`` and the given sections (XML fragments)."""
+    admin = f"<Admin><InetAddr>127.0.0.1:{admin_port}</InetAddr><Interval>1s</Interval></Admin>" if admin_port else ""
+    return f"""<AMPSConfig>
+  <Name>{name}</Name>
+  {admin}
+  <Transports>
+    <Transport><Name>amps-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr>
+      <Protocol>amps</Protocol>{transport_extra}</Transport>
+  </Transports>
+  {f"<Modules>{modules}</Modules>" if modules else ""}
+  {f"<SOW>{sow}</SOW>" if sow else ""}
+  {f"<TransactionLog>{transaction_log}</TransactionLog>" if transaction_log else ""}
+  {extra}
+</AMPSConfig>
+"""
+
+
+class BrokerProcess:
+    """A ``broker serve`` subprocess.
+
+    Args:
+        config_path: The config file to serve.
+        port: The transport port in that config.
+        admin_port: The Admin port, if any.
+        cwd: The working directory (relative paths in the config resolve from it).
+    """
+
+    def __init__(self, config_path: Path, port: int, admin_port: int | None = None, cwd: Path | None = None) -> None:
+        self.config_path = Path(config_path)
+        self.port = port
+        self.admin_port = admin_port
+        self.cwd = cwd or self.config_path.parent
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.cwd / f"broker-{port}.log"
+
+    @classmethod
+    def from_xml(cls, directory: Path, *, admin: bool = False, **sections: str) -> BrokerProcess:
+        """Write a config (see :func:`config_xml`) into ``directory`` and prepare to serve it."""
+        port = free_port()
+        admin_port = free_port() if admin else None
+        path = Path(directory) / f"broker-{port}.xml"
+        path.write_text(config_xml(port=port, admin_port=admin_port, **sections))
+        return cls(path, port, admin_port, cwd=Path(directory))
+
+    @property
+    def uri(self) -> str:
+        """The AMPS URI of the JSON transport."""
+        return f"tcp://127.0.0.1:{self.port}/amps/json"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        """Start and wait until the transport (and Admin) accept connections."""
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "broker", "serve", str(self.config_path)],
+                cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+            )
+        try:
+            wait_for_port(self.port, timeout, self.proc)
+            if self.admin_port:
+                wait_for_port(self.admin_port, timeout, self.proc)
+        except RuntimeError as exc:
+            self.kill()
+            raise RuntimeError(f"{exc}\n--- broker log ---\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        """What the broker wrote to stdout/stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
