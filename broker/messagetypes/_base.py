@@ -1,0 +1,222 @@
+"""What every message type provides: parsed messages with field lookup by AMPS path, merge and diff.
+
+A *path* is the AMPS identifier syntax, a small subset of XPath::
+
+    path  := ("/" step)+
+    step  := name ["[" index "]"]      # element or object field, optionally one array position (0-based)
+           | "@" name                  # XML attribute (last step only)
+
+``/Order/Symbol`` names the ``Symbol`` element under the ``Order`` root of an XML message (the root element
+is part of the path), or the ``Symbol`` field inside the ``Order`` object of a JSON message.
+
+Values returned by :meth:`Message.get` are plain Python objects: ``None`` (NULL: missing field, JSON
+``null``, empty XML element), ``bool``, ``int``, ``float``, ``str``, ``list`` (a JSON array or repeated
+XML elements) or ``dict`` (a nested JSON object).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from broker.errors import CommandError
+
+#: The AMPS ``reason`` sent when a message body cannot be parsed by its topic's message type.
+PARSE_ERROR_REASON = "parse error"
+
+
+class MessageParseError(CommandError):
+    """A message body is not a valid document of its message type.
+
+    Args:
+        message_type: The message type name (``json``, ``xml``, ...).
+        detail: What is wrong with the body.
+    """
+
+    def __init__(self, message_type: str, detail: str) -> None:
+        self.message_type = message_type
+        super().__init__(
+            PARSE_ERROR_REASON,
+            f"invalid {message_type} message: {detail}. Publish a well-formed {message_type} document "
+            "or configure the topic with the message type it really uses",
+        )
+
+
+class PathStep(NamedTuple):
+    """One step of a parsed path.
+
+    Attributes:
+        name: The element, field or attribute name.
+        index: The 0-based array position from ``name[3]``, or ``None``.
+        attribute: True for an ``@name`` step.
+    """
+
+    name: str
+    index: int | None = None
+    attribute: bool = False
+
+
+_MISSING: Any = object()
+_INDEXED = re.compile(r"^(.*?)\[(\d+)\]$")
+
+
+_PATHS: dict[str, tuple[PathStep, ...]] = {}
+_PATHS_MAX = 8192
+
+
+def parse_path(path: str) -> tuple[PathStep, ...]:
+    """Split an AMPS path into steps.
+
+    Args:
+        path: e.g. ``/order/lines[0]/qty`` or ``/Order/@update``.
+
+    Returns:
+        The steps, outermost first.
+
+    Raises:
+        ValueError: the path is not of the form ``/a/b``, has an empty step, an attribute step that is not
+            last, or an index on an attribute.
+    """
+    steps = _PATHS.get(path)
+    if steps is None:
+        steps = _parse_path(path)
+        if len(_PATHS) >= _PATHS_MAX:
+            _PATHS.clear()  # paths come from filters clients send; never let them grow without bound
+        _PATHS[path] = steps
+    return steps
+
+
+def _parse_path(path: str) -> tuple[PathStep, ...]:
+    if not path.startswith("/") or path == "/":
+        raise ValueError(f"path {path!r} must start with '/' and name a field, e.g. /order/id")
+    raw = path[1:].split("/")
+    steps: list[PathStep] = []
+    for i, part in enumerate(raw):
+        index: int | None = None
+        match = _INDEXED.match(part)
+        if match:
+            part, index = match.group(1), int(match.group(2))
+        if part.startswith("@"):
+            if i != len(raw) - 1:
+                raise ValueError(f"path {path!r}: an attribute step (@name) must be the last step")
+            if index is not None:
+                raise ValueError(f"path {path!r}: an attribute cannot be indexed")
+            part = part[1:]
+            if not part:
+                raise ValueError(f"path {path!r} has an empty attribute name")
+            steps.append(PathStep(part, None, True))
+            continue
+        if not part:
+            raise ValueError(f"path {path!r} has an empty step; write /a/b, not /a//b or /a/")
+        steps.append(PathStep(part, index, False))
+    return tuple(steps)
+
+
+class Message(abc.ABC):
+    """One message body, parsed at most once, with cached field lookups.
+
+    The same object is handed to every subscription that evaluates it, so lookups are cached per path.
+
+    Attributes:
+        data: The original bytes, exactly as published.
+        error: Why a lazily parsed body could not be parsed, or ``None``. A broken message answers
+            ``None`` for every field (filters never match it) instead of raising on the hot path.
+    """
+
+    __slots__ = ("_cache", "data", "error")
+
+    #: True when the message type carries value types (JSON numbers vs strings); False when every value
+    #: is text (XML), in which case ordering treats numeric-looking text as a number.
+    typed_values: bool = True
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.error: str | None = None
+        self._cache: dict[str, Any] = {}
+
+    def get(self, path: str) -> Any:
+        """The value at ``path``, or ``None`` when the field is missing or NULL.
+
+        Args:
+            path: An AMPS path such as ``/a/b``, ``/a/b[0]`` or ``/a/@attr``.
+
+        Raises:
+            ValueError: ``path`` is malformed (filters validate their paths when compiled).
+        """
+        value = self._cache.get(path, _MISSING)
+        if value is _MISSING:
+            value = self._cache[path] = self._lookup(parse_path(path))
+        return value
+
+    @abc.abstractmethod
+    def _lookup(self, steps: tuple[PathStep, ...]) -> Any:
+        """Resolve parsed path steps against the document (uncached)."""
+
+    @property
+    @abc.abstractmethod
+    def document(self) -> Any:
+        """The parsed document (a dict for JSON, the root element for XML), or ``None`` if unparseable."""
+
+    def __repr__(self) -> str:
+        preview = self.data[:60]
+        return f"<{type(self).__name__} {preview!r}{'...' if len(self.data) > 60 else ''}>"
+
+
+class MessageType(abc.ABC):
+    """A message format: parses bodies, merges delta publishes, builds delta-subscribe differences.
+
+    Attributes:
+        name: The AMPS message type name (``json``, ``xml``, ``binary``).
+        filterable: Whether content filters and key fields can read fields of this type.
+    """
+
+    name: str = ""
+    filterable: bool = True
+
+    @abc.abstractmethod
+    def parse(self, data: bytes, *, keyed: bool = False) -> Message:
+        """Parse ``data`` now and return the message.
+
+        Args:
+            data: The message body.
+            keyed: The body is published to a SOW topic, whose key fields must be readable; message
+                types that can hold a top-level scalar (JSON) reject one.
+
+        Raises:
+            MessageParseError: the body is not a valid document of this type.
+        """
+
+    @abc.abstractmethod
+    def lazy(self, data: bytes) -> Message:
+        """Wrap ``data`` without parsing it; it is parsed on the first field lookup.
+
+        Use this for bodies already validated (SOW records, journal replay) or for topics where nothing
+        may ever read a field. A body that turns out to be unparseable sets :attr:`Message.error` and
+        answers ``None`` for every field.
+        """
+
+    @abc.abstractmethod
+    def merge(self, base: bytes, delta: bytes) -> bytes:
+        """Apply a ``delta_publish``: fields present in ``delta`` replace those in ``base``.
+
+        Nested objects (JSON) and elements (XML) are merged field by field; arrays and repeated
+        elements are replaced as a whole; fields absent from ``delta`` are unchanged.
+
+        Raises:
+            MessageParseError: either body is not a valid document.
+        """
+
+    @abc.abstractmethod
+    def diff(self, old: bytes, new: bytes, keep: Sequence[str] = ()) -> bytes:
+        """Build a ``delta_subscribe`` message: the fields of ``new`` that differ from ``old``.
+
+        Args:
+            old: The previous state of the record.
+            new: The new state.
+            keep: Paths always included (the topic's key fields), changed or not.
+
+        Raises:
+            MessageParseError: either body is not a valid document.
+        """

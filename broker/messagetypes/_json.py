@@ -1,0 +1,257 @@
+"""The ``json`` message type (orjson).
+
+Field lookup walks nested objects: ``/a/b`` is ``doc["a"]["b"]``. A step applied to an array applies to
+every object in it and collects the results, so ``/lines/qty`` on ``{"lines": [{"qty": 1}, {"qty": 2}]}``
+is ``[1, 2]`` (filters treat an array as "any element"). ``/lines[1]`` is the second element (0-based);
+``[0]`` on a value that is not an array is the value itself. An ``@`` step reads a key spelled with the
+``@`` (JSON has no attributes).
+
+A document whose top level is not an object has no fields: :meth:`JsonMessageType.parse` rejects it
+when ``keyed=True`` (a SOW topic needs its key fields), and otherwise every lookup answers ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from broker.messagetypes._base import Message, MessageParseError, MessageType, PathStep, parse_path
+
+_UNPARSED: Any = object()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        first = exc
+    # orjson refuses integers wider than 64 bits, which JSON allows; the stdlib parser accepts them but
+    # must not accept the non-JSON constants NaN/Infinity.
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise MessageParseError("json", str(first)) from None
+
+
+def _dumps(doc: Any) -> bytes:
+    try:
+        return orjson.dumps(doc)
+    except TypeError:  # integers wider than 64 bits (accepted by _loads) are beyond orjson
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _step(node: Any, name: str) -> Any:
+    if node.__class__ is dict:
+        return node.get(name)
+    if node.__class__ is list:
+        out: list[Any] = []
+        for item in node:
+            value = _step(item, name)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                out.extend(value)
+            else:
+                out.append(value)
+        return out or None
+    return None
+
+
+def _index(node: Any, index: int) -> Any:
+    if node.__class__ is list:
+        return node[index] if index < len(node) else None
+    return node if index == 0 else None
+
+
+def resolve(doc: Any, steps: tuple[PathStep, ...]) -> Any:
+    """Resolve parsed path steps against a decoded JSON document.
+
+    Args:
+        doc: The decoded document.
+        steps: From :func:`broker.messagetypes.parse_path`.
+
+    Returns:
+        The value, or ``None`` when any step is missing.
+    """
+    if len(steps) == 1:
+        step = steps[0]
+        if step.index is None and not step.attribute:
+            return doc.get(step.name) if doc.__class__ is dict else None
+    node = doc
+    for step in steps:
+        node = _step(node, "@" + step.name if step.attribute else step.name)
+        if node is None:
+            return None
+        if step.index is not None:
+            node = _index(node, step.index)
+            if node is None:
+                return None
+    return node
+
+
+class JsonMessage(Message):
+    """A JSON message body; decoded on the first lookup unless built already decoded."""
+
+    __slots__ = ("_doc",)
+
+    def __init__(self, data: bytes, doc: Any = _UNPARSED) -> None:
+        # Attributes set inline rather than via super().__init__: one message is built per publish.
+        self.data = data
+        self.error = None
+        self._cache = {}
+        self._doc = doc
+
+    def _decoded(self) -> Any:
+        doc = self._doc
+        if doc is _UNPARSED:
+            try:
+                doc = orjson.loads(self.data)
+            except orjson.JSONDecodeError:
+                try:
+                    doc = _loads(self.data)
+                except MessageParseError as exc:
+                    self.error = exc.detail
+                    doc = None
+            self._doc = doc
+        return doc
+
+    def get(self, path: str) -> Any:
+        """The value at ``path`` (see :meth:`Message.get`); specialised because it runs per filter term."""
+        cache = self._cache
+        value = cache.get(path, _UNPARSED)
+        if value is _UNPARSED:
+            doc = self._doc
+            if doc is _UNPARSED:
+                doc = self._decoded()
+            value = cache[path] = resolve(doc, parse_path(path)) if doc.__class__ is dict else None
+        return value
+
+    def _lookup(self, steps: tuple[PathStep, ...]) -> Any:
+        doc = self._decoded()
+        return resolve(doc, steps) if doc.__class__ is dict else None
+
+    @property
+    def document(self) -> Any:
+        """The decoded JSON value (normally a dict), or ``None`` if the body is not valid JSON."""
+        return self._decoded()
+
+
+def _same(a: Any, b: Any) -> bool:
+    # 1, 1.0 and true are == in Python but are different JSON values; a delta must show the change.
+    if a.__class__ is not b.__class__:
+        return False
+    if a.__class__ is dict:
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if a.__class__ is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in delta.items():
+        old = out.get(key)
+        if value.__class__ is dict and old.__class__ is dict:
+            out[key] = _merge(old, value)
+        else:
+            out[key] = value
+    return out
+
+
+_LEAF = True
+
+
+def _keep_tree(keep: Sequence[str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path in keep:
+        steps = parse_path(path)
+        if any(s.index is not None for s in steps):
+            continue  # a key field is never an array element; nothing sensible to copy
+        node = tree
+        for i, step in enumerate(steps):
+            name = "@" + step.name if step.attribute else step.name
+            if i == len(steps) - 1:
+                node[name] = _LEAF
+            else:
+                child = node.get(name)
+                if child is _LEAF:
+                    break
+                if child is None:
+                    child = node[name] = {}
+                node = child
+    return tree
+
+
+def _diff(old: Any, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    old_obj = old if old.__class__ is dict else {}
+    for key, value in new.items():
+        sub_keep = keep.get(key)
+        if sub_keep is _LEAF:
+            out[key] = value
+            continue
+        before = old_obj.get(key, _UNPARSED)
+        if before is not _UNPARSED and _same(before, value):
+            if sub_keep and value.__class__ is dict:
+                kept = _diff(before, value, sub_keep)
+                if kept:
+                    out[key] = kept
+            continue
+        if value.__class__ is dict and before.__class__ is dict:
+            changed = _diff(before, value, sub_keep or {})
+            if changed:
+                out[key] = changed
+        else:
+            out[key] = value
+    return out
+
+
+class JsonMessageType(MessageType):
+    """The ``json`` message type."""
+
+    name = "json"
+    filterable = True
+
+    def parse(self, data: bytes, *, keyed: bool = False) -> JsonMessage:
+        """Decode ``data`` now; see :meth:`MessageType.parse`.
+
+        Raises:
+            MessageParseError: not JSON, or (``keyed``) not a JSON object.
+        """
+        doc = _loads(data)
+        if keyed and doc.__class__ is not dict:
+            raise MessageParseError(
+                "json", f"the top level is a {type(doc).__name__}, but a SOW topic needs a JSON object"
+            )
+        return JsonMessage(data, doc)
+
+    def lazy(self, data: bytes) -> JsonMessage:
+        """Wrap ``data``; it is decoded on the first lookup."""
+        return JsonMessage(data)
+
+    def merge(self, base: bytes, delta: bytes) -> bytes:
+        """Merge a delta publish into ``base`` (objects field by field, arrays replaced)."""
+        old, upd = _loads(base), _loads(delta)
+        if old.__class__ is not dict or upd.__class__ is not dict:
+            return delta
+        try:
+            return _dumps(_merge(old, upd))
+        except RecursionError:
+            raise MessageParseError("json", "the document is nested too deeply to merge") from None
+
+    def diff(self, old: bytes, new: bytes, keep: Sequence[str] = ()) -> bytes:
+        """The changed fields of ``new`` plus the ``keep`` paths, as a JSON object."""
+        before, after = _loads(old), _loads(new)
+        if after.__class__ is not dict:
+            return new
+        try:
+            return _dumps(_diff(before, after, _keep_tree(keep)))
+        except RecursionError:
+            raise MessageParseError("json", "the document is nested too deeply to compare") from None
