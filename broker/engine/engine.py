@@ -149,17 +149,17 @@ class Engine:
         key: str | None = None
         if sow is not None:
             mt = sow.message_type
-            msg = mt.parse(body)
+            msg = mt.parse(body, keyed=True)
             key = sow.key_for(msg, header.get("sow_key"))
             previous = sow.get(key)
             if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
                 previous = None
             if delta and previous is not None:
                 body = mt.merge(previous.data, body)
-                msg = mt.parse(body)
+                msg = mt.parse(body, keyed=True)
         else:
             mt = client.message_type
-            msg = mt.parse(body)
+            msg = mt.lazy(body)  # parsed only if a filter reads a field
         bm = None
         sequence = 0
         if self.journal is not None and self.is_logged(topic):
@@ -199,6 +199,9 @@ class Engine:
             except BrokerError:
                 hit = False
             if hit:
+                if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
+                    sub.replay_buffer.append((topic, body, bm, key, x))
+                    continue
                 slot = targets.get(id(sub.client))
                 if slot is None:
                     slot = targets[id(sub.client)] = [sub.client, [], [], []]

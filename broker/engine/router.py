@@ -39,6 +39,8 @@ class Subscription:
     #: SOW keys this subscription has been sent (for OOF); ``None`` when OOF is off.
     in_focus: set[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over.
+    replay_buffer: list[tuple[str, bytes, str | None, str | None, str | None]] | None = None
 
     @property
     def oof(self) -> bool:

@@ -79,8 +79,13 @@ class Broker:
         self._journal_dirty = trio.Event() if _in_trio() else None
         self._logged_patterns: list[re.Pattern[str]] = []
         functions = {r.name: r.factory for r in self.plugins.filter_functions}
+        missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
+                   and not Path(t.file_name).exists()}
         topics = {t.name: self._build_topic(t) for t in config.sow_topics}
         self._open_journal()
+        for name in sorted(missing | {t.name for t in config.sow_topics if t.durability == "transient"}):
+            if self.is_logged(name):
+                self._rebuild_from_journal(topics[name])
         self.engine = Engine(
             sow_topics=topics,
             message_types=get_message_type,
@@ -94,6 +99,7 @@ class Broker:
             ),
         )
         self.replays_active = 0
+        self.replays: dict[tuple[int, str], Any] = {}
         self.admin_port: int | None = None
         self.addresses: list[tuple[str, int]] = []
 
@@ -151,6 +157,43 @@ class Broker:
             return
         self.journal = JournalWriter(txlog, self.config.name)
         self.journal.open()
+
+    def _rebuild_from_journal(self, topic: SowTopic) -> None:
+        """Rebuild a SOW topic whose storage was removed (or is transient) from the transaction log."""
+        assert self.journal is not None
+        from broker.sow.record import SowRecord
+        from broker.txlog import Command, ReplayStart
+
+        began = time.monotonic()
+        total = self.journal.durable_sequence
+        applied = 0
+        puts: dict[bytes, bytes] = {}
+        deletes: set[bytes] = set()
+
+        def flush() -> None:
+            topic.storage.write(puts=puts.items(), deletes=deletes)
+            puts.clear()
+            deletes.clear()
+
+        log.info("SOW topic %s: rebuilding from the transaction log (%d records logged)", topic.name, total)
+        for n, rec in enumerate(self.journal.replay(ReplayStart.epoch()), 1):
+            if rec.topic == topic.name and rec.sow_key:
+                key = rec.sow_key
+                if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
+                    deletes.discard(key)
+                    puts[key] = SowRecord(key.decode(), rec.data, rec.timestamp_ns, rec.sequence, 0,
+                                          self.journal.bookmark(rec.sequence), rec.correlation_id.decode()).encode()
+                else:  # sow_delete, expire
+                    puts.pop(key, None)
+                    deletes.add(key)
+                applied += 1
+                if len(puts) + len(deletes) >= 10_000:
+                    flush()
+            if n % 100_000 == 0:
+                log.info("SOW topic %s: rebuild %d/%d records (%.0f%%)", topic.name, n, total, 100 * n / max(total, 1))
+        flush()
+        log.info("SOW topic %s: rebuilt %d records from %d journal entries in %.2fs", topic.name,
+                 topic.count(), applied, time.monotonic() - began)
 
     def is_logged(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
@@ -293,8 +336,10 @@ class Broker:
 
     async def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                                  *, delta: bool = False) -> None:
-        """A subscription with a bookmark: replay from the journal, then live."""
-        raise CommandError("not supported", "bookmark subscriptions need the transaction log (not built yet)")
+        """A subscription with a bookmark: replay from the journal, then live (see :mod:`.replay`)."""
+        from broker.server.replay import start_bookmark_subscription
+
+        await start_bookmark_subscription(self, session, header, acks, delta=delta)
 
 
 def _is_regex(text: str) -> bool:

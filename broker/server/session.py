@@ -108,6 +108,11 @@ class Session:
         """Record publish-to-delivery latency (the frame is queued for the socket now)."""
         self.broker.latency.observe((time.time_ns() - published_ns) / 1e9)
 
+    def spawn(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` as a task of this session (ends with the connection)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn, *args)
+
     def _offline(self) -> None:
         if not self.closed_reason:
             self.closed_reason = "slow client"
@@ -237,7 +242,7 @@ class Session:
 
     async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         delta = header.get("command") == "delta_subscribe"
-        if header.get("bookmark"):
+        if header.get("bookmark") or self.broker.replays.get((id(self), header.get("sub_id") or "")):
             await self.broker.bookmark_subscribe(self, header, acks, delta=delta)
             return
         sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta)

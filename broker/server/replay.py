@@ -1,0 +1,195 @@
+"""Bookmark subscriptions: replay from the transaction log, then cut over to live messages.
+
+The subscription is registered in the same engine step that reads the journal's last sequence ``cut``:
+records up to ``cut`` come from the journal, later messages are held in the subscription's replay buffer
+and delivered after the replay. So the cut-over has no gap and no duplicate. Journal reads run in worker
+threads, a chunk at a time, and wait for the client's outbound buffer to drain, so a slow replaying
+client is paced rather than offlined.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.engine.queries import parse_options
+from broker.engine.router import Subscription
+from broker.engine.topics import TopicPattern
+from broker.errors import BrokerError, CommandError
+from broker.txlog import Command, Record, ReplayStart, parse_bookmark
+
+if TYPE_CHECKING:
+    from broker.server.kernel import Broker
+
+log = logging.getLogger("broker.replay")
+
+#: Records read from the journal per worker-thread call.
+CHUNK = 512
+#: Outbound bytes queued before the replay waits for the client to read.
+WATERMARK = 2 * 1024 * 1024
+
+_RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>x|X|[kKmMgG]?[bB])?\s*$")
+_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+
+
+class Rate:
+    """A replay rate: messages/s, bytes/s, or a multiple of the original publish rate (``2x``)."""
+
+    def __init__(self, text: str) -> None:
+        m = _RATE.match(text)
+        if not m or float(m["num"]) <= 0:
+            raise CommandError("invalid options", f"rate={text!r}: expected e.g. rate=1000, rate=10MB or rate=2x")
+        self.value = float(m["num"])
+        unit = (m["unit"] or "").lower()
+        self.kind = "x" if unit == "x" else ("bytes" if unit else "messages")
+        self.per_byte = _UNITS.get(unit, 1)
+        self._start_wall = 0.0
+        self._start_ts = 0
+        self._sent = 0.0
+
+    async def pace(self, record: Record) -> None:
+        """Sleep as needed before sending ``record``."""
+        now = trio.current_time()
+        if not self._start_wall:
+            self._start_wall, self._start_ts = now, record.timestamp_ns
+        if self.kind == "x":
+            due = self._start_wall + (record.timestamp_ns - self._start_ts) / 1e9 / self.value
+        else:
+            self._sent += len(record.data) if self.kind == "bytes" else 1
+            limit = self.value * (self.per_byte if self.kind == "bytes" else 1)
+            due = self._start_wall + self._sent / limit
+        if due > now:
+            await trio.sleep(due - now)
+
+
+class Replay:
+    """One running bookmark replay (pause/resume target)."""
+
+    def __init__(self, sub: Subscription, paused: bool) -> None:
+        self.sub = sub
+        self.running = trio.Event()
+        if not paused:
+            self.running.set()
+
+    def pause(self) -> None:
+        """Hold the replay before the next record."""
+        if self.running.is_set():
+            self.running = trio.Event()
+
+    def resume(self) -> None:
+        """Continue the replay."""
+        self.running.set()
+
+
+async def start_bookmark_subscription(broker: Broker, session: Any, header: Mapping[str, Any],
+                                      acks: frozenset[str], *, delta: bool = False) -> None:
+    """Register a bookmark subscription and start its replay task in the session's nursery.
+
+    Raises:
+        CommandError: no transaction log, topic not logged, bad bookmark or options.
+    """
+    engine = broker.engine
+    journal = broker.journal
+    topic_text = header.get("topic") or ""
+    pattern = TopicPattern.compile(topic_text)
+    if journal is None:
+        raise CommandError("invalid topic", "bookmark subscriptions need a <TransactionLog>; none is configured")
+    if pattern.regex is None and not broker.is_logged(topic_text):
+        raise CommandError(
+            "invalid topic", f"topic {topic_text!r} is not recorded in the transaction log; add it to "
+            "<TransactionLog><Topic> to subscribe with a bookmark"
+        )
+    words, pairs = parse_options(header.get("options"))
+    sub_id = header.get("sub_id") or header.get("cmd_id")
+    existing = replay_of(broker, session, sub_id)
+    if existing is not None and ("resume" in words or "pause" in words) and "replace" not in words:
+        existing.resume() if "resume" in words else existing.pause()
+        session.ack(header, acks, "processed", sub_id=sub_id)
+        return
+    start = parse_bookmark(str(header.get("bookmark")))
+    if start.publisher and start.publisher != journal.instance_hash:
+        choice = pairs.get("bookmark_not_found", "epoch")
+        if choice == "fail":
+            raise CommandError("invalid bookmark", f"bookmark {header.get('bookmark')!r} is not from this instance")
+        start = ReplayStart(now=True) if choice == "now" else ReplayStart.epoch()
+    rate = Rate(pairs["rate"]) if "rate" in pairs else None
+    sub = engine.subscribe(session, header, kind="bookmark", delta=delta)
+    if start.now:
+        session.ack(header, acks, "processed", sub_id=sub.sub_id)
+        session.ack(header, acks, "completed", sub_id=sub.sub_id)
+        return
+    # The same engine step: register, hold live messages, and fix the cut-over sequence.
+    sub.replay_buffer = []
+    cut = journal.last_sequence
+    replay = Replay(sub, paused="pause" in words)
+    broker.replays[(id(session), sub.sub_id)] = replay
+    session.ack(header, acks, "processed", sub_id=sub.sub_id)
+    session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, rate)
+
+
+def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None:
+    """The running replay of a session's subscription, if any."""
+    return broker.replays.get((id(session), sub_id or ""))
+
+
+async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+                      replay: Replay, start: ReplayStart, cut: int, rate: Rate | None) -> None:
+    sub = replay.sub
+    journal = broker.journal
+    assert journal is not None
+    broker.replays_active += 1
+    began = time.monotonic()
+    sent = 0
+    last_bm = None
+    try:
+        await broker.wait_durable()  # everything up to ``cut`` is on disk before reading it back
+        records: Iterator[Record] = await trio.to_thread.run_sync(lambda: journal.replay(start, until_sequence=cut))
+        parsers: dict[str, Any] = {}
+        while True:
+            chunk = await trio.to_thread.run_sync(lambda: list(islice(records, CHUNK)))
+            if not chunk:
+                break
+            for rec in chunk:
+                if rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
+                    continue
+                if sub.filter is not None:
+                    mt = parsers.get(rec.message_type)
+                    if mt is None:
+                        mt = parsers[rec.message_type] = broker.message_type(rec.message_type)
+                    try:
+                        if not sub.filter(mt.parse(rec.data)):
+                            continue
+                    except BrokerError:
+                        continue
+                if not replay.running.is_set():
+                    await replay.running.wait()
+                if rate is not None:
+                    await rate.pace(rec)
+                if broker.engine.router.get(session, sub.sub_id) is not sub:
+                    return  # unsubscribed (or replaced) during the replay
+                last_bm = journal.bookmark(rec.sequence)
+                session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
+                                     rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
+                sent += 1
+            if session.outbound.size > WATERMARK:
+                await session.outbound.wait_below(WATERMARK // 2)
+        # Cut over: the live messages held since registration, in order, then live delivery.
+        held, sub.replay_buffer = sub.replay_buffer or [], None
+        for topic, body, bm, key, x in held:
+            session.send_publish(topic, sub.sub_id, body, bm, key, x)
+            last_bm = bm or last_bm
+        session.ack(header, acks, "completed", sub_id=sub.sub_id)
+        if "persisted" in acks:
+            session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=last_bm or journal.bookmark(cut))
+        log.info("%s replayed %d messages for %s/%s in %.3fs (then %d held live)", session.id, sent,
+                 session.name, sub.sub_id, time.monotonic() - began, len(held))
+    finally:
+        sub.replay_buffer = None
+        broker.replays.pop((id(session), sub.sub_id), None)
+        broker.replays_active -= 1
