@@ -1,0 +1,107 @@
+"""The real broker's Admin port: /metrics parsed with prometheus_client's parser moves by exactly the
+work done through the official AMPS client, /amps.json has the instance tree, and a real Prometheus
+server scrapes the broker (issue 7, acceptance 1-3 end to end)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.testing.process import BrokerProcess
+
+AMPS = pytest.importorskip("AMPS")
+
+SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
+  <FileName>./sow/%n.sow</FileName></Topic>"""
+TXLOG = """<JournalDirectory>./journal</JournalDirectory>
+  <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"""
+
+
+@pytest.fixture
+def admin_broker(tmp_path: Path):
+    proc = BrokerProcess.from_xml(tmp_path, admin=True, sow=SOW, transaction_log=TXLOG).start()
+    yield proc
+    proc.stop()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            values[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return values
+
+
+def client(uri: str, name: str):
+    c = AMPS.Client(name)
+    c.connect(uri)
+    c.logon()
+    return c
+
+
+def test_counters_move_by_exactly_the_work_done(admin_broker) -> None:
+    before = scrape(admin_broker.admin_port)
+    sub = client(admin_broker.uri, "metrics-sub")
+    pub = client(admin_broker.uri, "metrics-pub")
+    received = []
+    sub.subscribe(lambda m: received.append(m), "orders")
+    sub.subscribe(lambda m: received.append(m), "ticks", filter="/n > 4")
+    for i in range(10):
+        pub.publish("orders", json.dumps({"id": i % 6, "q": i}))  # 6 inserts, 4 updates
+        pub.publish("ticks", json.dumps({"n": i}))
+    pub.publish_flush(5000)
+    pub.sow_delete("orders", "/id < 2", 5000)
+    after = scrape(admin_broker.admin_port)
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("broker_messages_received_total") == 20
+    assert delta("broker_messages_delivered_total") == 15  # 10 orders + 5 ticks with n > 4
+    assert delta("broker_topic_messages_received_total", topic="orders") == 10
+    assert after[("broker_sow_records", (("topic", "orders"),))] == 4
+    assert delta("broker_sow_inserts_total", topic="orders") == 6
+    assert delta("broker_sow_updates_total", topic="orders") == 4
+    assert delta("broker_sow_deletes_total", topic="orders") == 2
+    assert after[("broker_clients_connected", ())] == 2
+    assert after[("broker_journal_last_sequence", ())] >= 10 + 2  # 10 publishes + 2 logged deletes
+    sub.close()
+    pub.close()
+
+
+def test_amps_json_tree_and_404(admin_broker) -> None:
+    c = client(admin_broker.uri, "tree-client")
+    c.publish("orders", '{"id":1}')
+    c.publish_flush(5000)
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_broker.admin_port}/amps.json", timeout=5) as r:
+        tree = json.loads(r.read())
+    instance = tree["amps"]["instance"]
+    assert instance["name"] == "test-broker"
+    assert any(cl["client_name"] == "tree-client" for cl in instance["clients"])
+    assert any(s["id"] == "orders" for s in instance["sow"])
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{admin_broker.admin_port}/no/such/path", timeout=5)
+    assert err.value.code == 404
+    c.close()
+
+
+async def test_real_prometheus_scrapes_the_broker(admin_broker, prometheus) -> None:
+    pub = client(admin_broker.uri, "prom-pub")
+    for i in range(25):
+        pub.publish("orders", json.dumps({"id": i}))
+    pub.publish_flush(5000)
+    server = prometheus([f"127.0.0.1:{admin_broker.admin_port}"])
+    targets = await server.wait_targets_up()
+    assert targets[0]["health"] == "up"
+    await server.wait_for_value('broker_sow_records{topic="orders"}', 25)
+    await server.wait_for_value("broker_messages_received_total", 25)
+    pub.close()
