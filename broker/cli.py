@@ -101,8 +101,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
         log.info("broker stopped")
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:
+        raise _single_broker_error(group) from None
     return 0
+
+
+def _single_broker_error(group: BaseExceptionGroup) -> BaseException:
+    """The user-facing error inside a task group's failure (a port in use, a bad plugin...), if any."""
+    matched, _rest = group.split(BrokerError)
+    if matched is None:
+        return group
+    leaf: BaseException = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
