@@ -66,7 +66,8 @@ class ModuleConfig:
 
     name: str
     library: str
-    options: Mapping[str, str] = _EMPTY
+    # default_factory: a mappingproxy is unhashable on Python 3.11, so dataclasses rejects it as a default.
+    options: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     where: Where = field(default_factory=Where)
 
 
@@ -75,7 +76,8 @@ class PluginRef:
     """A ``<Module>`` + ``<Options>`` pair naming a registered plugin (KeyGenerator, action steps)."""
 
     module: str
-    options: Mapping[str, str] = _EMPTY
+    # default_factory: a mappingproxy is unhashable on Python 3.11, so dataclasses rejects it as a default.
+    options: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     where: Where = field(default_factory=Where)
 
 
@@ -141,6 +143,8 @@ class ActionConfig:
     if_: tuple[PluginRef, ...] = ()
     do: tuple[PluginRef, ...] = ()
     where: Where = field(default_factory=Where)
+    #: ``If`` and ``Do`` in file order as ``("if" | "do", ref)``: each ``If`` gates the steps after it.
+    steps: tuple[tuple[str, PluginRef], ...] = ()
 
 
 @dataclass(frozen=True)
