@@ -1,0 +1,198 @@
+"""The sans-IO receiving side of one AMPS connection: bytes in, :class:`Frame` events out.
+
+No sockets and no trio here (the layering rule of DESIGN.md): the transport feeds whatever it read
+into :meth:`Connection.receive_data` and drains :meth:`Connection.next_event` until it returns
+:data:`NEED_DATA`. Frames going out are plain bytes from the module-level encoders.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Final, NoReturn
+
+from broker.errors import LocalProtocolError, RemoteProtocolError
+from broker.protocol._frames import Frame
+from broker.protocol._header import Buffer, decode_header
+
+__all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "ConnectionStatistics", "Sentinel"]
+
+#: The default largest payload accepted, matching the config default of ``<MaxMessageSize>``.
+DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+
+_LEN_UNPACK = struct.Struct(">I").unpack_from
+
+
+class Sentinel(enum.Enum):
+    """Non-frame results of :meth:`Connection.next_event`."""
+
+    #: More bytes are needed before the next frame is complete.
+    NEED_DATA = "NEED_DATA"
+    #: The peer closed the connection (``receive_data(b"")``) and every frame has been returned.
+    CLOSED = "CLOSED"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+NEED_DATA: Final = Sentinel.NEED_DATA
+CLOSED: Final = Sentinel.CLOSED
+
+
+@dataclass(frozen=True)
+class ConnectionStatistics:
+    """A snapshot of a :class:`Connection`'s counters.
+
+    Attributes:
+        frames_received: Complete frames returned by ``next_event``.
+        bytes_received: Bytes passed to ``receive_data``.
+        buffered_bytes: Bytes received but not yet returned as frames.
+        max_frame_size: The payload size limit.
+    """
+
+    frames_received: int
+    bytes_received: int
+    buffered_bytes: int
+    max_frame_size: int
+
+
+class Connection:
+    """Decodes the frames a peer sends on one connection.
+
+    The receive buffer is bounded: a frame's size is checked against ``max_frame_size`` as soon as
+    its 4-byte length arrives, before its payload is buffered, and :meth:`receive_data` refuses to
+    grow a buffer that still holds more than one frame's worth of unread bytes. So at most
+    ``max_frame_size + 4`` bytes plus the last chunk read are ever held.
+
+    After a :class:`~broker.errors.RemoteProtocolError` the connection is dead: every later call
+    raises again, and the transport should close the socket.
+
+    Args:
+        max_frame_size: Largest payload (header + body, without the 4 length bytes) accepted.
+
+    Raises:
+        ValueError: ``max_frame_size`` is not positive.
+    """
+
+    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_max", "_pos")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size <= 0:
+            raise ValueError(f"max_frame_size must be positive, got {max_frame_size}")
+        self._max = max_frame_size
+        # bytes while the buffer is one unmodified chunk (slicing it copies once), bytearray when a
+        # frame straddles reads and chunks must be joined.
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
+        self._eof = False
+        self._error: RemoteProtocolError | None = None
+        self._frames_received = 0
+        self._bytes_received = 0
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest payload accepted."""
+        return self._max
+
+    def receive_data(self, data: Buffer) -> None:
+        """Add bytes read from the socket; ``b""`` means the peer closed its side.
+
+        Args:
+            data: The bytes read.
+
+        Raises:
+            RemoteProtocolError: The connection already failed.
+            LocalProtocolError: Data after the end of stream, or the caller did not drain
+                :meth:`next_event` before feeding more (the buffer would grow without bound).
+        """
+        if self._error is not None:
+            raise RemoteProtocolError(f"connection is dead after an earlier protocol error: {self._error}")
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise LocalProtocolError("receive_data() called with data after the end of stream (b'')")
+        self._bytes_received += len(data)
+        buf = self._buf
+        pos = self._pos
+        pending = len(buf) - pos
+        if pending == 0:
+            self._buf = data if type(data) is bytes else bytes(data)
+        else:
+            if pending > self._max + 4:
+                raise LocalProtocolError(
+                    f"receive buffer holds {pending} unread bytes; call next_event() until it returns "
+                    "NEED_DATA before calling receive_data() again"
+                )
+            if type(buf) is bytes:
+                joined = bytearray(memoryview(buf)[pos:])
+                joined += data
+                self._buf = joined
+            else:
+                # bytearray drops a prefix without moving the rest (CPython keeps a start offset).
+                del buf[:pos]
+                buf += data
+        self._pos = 0
+
+    def next_event(self) -> Frame | Sentinel:
+        """Return the next complete frame, :data:`NEED_DATA`, or :data:`CLOSED` after end of stream.
+
+        Returns:
+            A :class:`Frame`, or a :class:`Sentinel`.
+
+        Raises:
+            RemoteProtocolError: The peer sent a frame larger than ``max_frame_size``, an empty
+                frame, a broken header, or closed the connection in the middle of a frame. The
+                connection is dead afterwards.
+        """
+        if self._error is not None:
+            raise RemoteProtocolError(f"connection is dead after an earlier protocol error: {self._error}")
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            if self._eof:
+                if avail:
+                    self._fail(
+                        f"peer closed the connection inside a frame's length prefix ({avail} of 4 bytes)"
+                    )
+                return CLOSED
+            return NEED_DATA
+        (size,) = _LEN_UNPACK(buf, pos)
+        if size > self._max:
+            self._fail(
+                f"peer sent a frame of {size} bytes, above the limit of {self._max} bytes "
+                "(raise the Transport's <MaxMessageSize> if such messages are expected)"
+            )
+        if size == 0:
+            self._fail("peer sent an empty frame (length 0); every AMPS frame has at least a header")
+        end = pos + 4 + size
+        if end > len(buf):
+            if self._eof:
+                self._fail(f"peer closed the connection inside a frame ({avail - 4} of {size} payload bytes)")
+            return NEED_DATA
+        try:
+            header, body_start = decode_header(buf, pos + 4, end)
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+        body = buf[body_start:end]
+        if type(body) is not bytes:
+            body = bytes(body)
+        self._pos = end
+        self._frames_received += 1
+        return Frame(header, body)
+
+    def _fail(self, message: str) -> NoReturn:
+        self._error = RemoteProtocolError(message)
+        raise self._error
+
+    def statistics(self) -> ConnectionStatistics:
+        """Return a snapshot of this connection's counters."""
+        return ConnectionStatistics(
+            frames_received=self._frames_received,
+            bytes_received=self._bytes_received,
+            buffered_bytes=len(self._buf) - self._pos,
+            max_frame_size=self._max,
+        )
