@@ -134,6 +134,8 @@ class Broker:
         topic = SowTopic(
             name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
+            # Only the built-in default generator is a pure function of the key values (chaining is not).
+            key_lookups=bool(cfg.keys) and (cfg.key_generator is None or cfg.key_generator.module == "default"),
         )
         if cfg.expiration is not None:
             topic.rebuild_expiry_index()

@@ -16,8 +16,17 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.engine.acks import ack_header, requested_acks
+from broker.engine.sow_subscribe import start_sow
 from broker.errors import BrokerError, CommandError, ProtocolError
-from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_oof, encode_publish, encode_sow_batch
+from broker.protocol import (
+    CLOSED,
+    NEED_DATA,
+    Connection,
+    encode_frame,
+    encode_oof,
+    encode_publish,
+    encode_sow_batch,
+)
 from broker.server.outbound import Outbound, SlowClient
 from broker.txlog.bookmarks import client_name_hash
 
@@ -262,17 +271,13 @@ class Session:
         has_sow = self.engine.has_sow(header.get("topic") or "")
         if not has_sow and not subscribe:
             raise CommandError("invalid topic", f"topic {header.get('topic')!r} has no SOW")
-        # Plan the query and register the subscription in one engine step: atomic.
-        plan, batch_size = self.engine.plan_query(header)
-        sub = None
-        if subscribe:
-            try:
-                sub = self.engine.subscribe(self, header, kind="sow_and_subscribe", delta=delta)
-            except BaseException:
-                plan.close()
-                raise
+        # Plan the query and register the subscription in one engine step: atomic (a replace plans
+        # only the difference; a paginated subscription, its window).
+        start = start_sow(self.engine, self, header, subscribe=subscribe, delta=delta)
+        plan, batch_size, sub = start.plan, start.batch_size, start.sub
         self._held = self._held if self._held is not None else []
         self._hold_depth += 1
+        start.send_oofs(self, self.engine.counters.oof)  # held: after the results, before later live messages
         returned = 0
         try:
             extras = {"query_id": query_id}
@@ -287,18 +292,19 @@ class Session:
                                "ts": amps_timestamp(rec.timestamp_ns), "x": rec.correlation_id}, rec.data))
                 returned += 1
                 if len(batch) >= batch_size:
-                    self.outbound.put(encode_sow_batch(outer, batch))
+                    # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
+                    self.outbound.put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
                     batch = []
                     if self.outbound.size > QUERY_WATERMARK:
                         await self.outbound.wait_below(QUERY_WATERMARK // 2)
             if batch:
-                self.outbound.put(encode_sow_batch(outer, batch))
+                self.outbound.put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
             if not subscribe:
                 self.ack(header, acks, "completed", now=True, query_id=query_id,
-                         records_returned=returned, topic_matches=returned)
+                         records_returned=returned, topic_matches=plan.matched)
             self.ack(header, acks, "stats", now=True, query_id=query_id,
-                     records_returned=returned, topic_matches=returned)
+                     records_returned=returned, topic_matches=plan.matched)
         finally:
             plan.close()
             self._hold_depth -= 1

@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_plugins.keygen.chaining import ChainingKeyGenerator
-from broker_plugins.keygen.default import DefaultKeyGenerator, checksum_key
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import ConfigError, KeyGenerationError, StorageError
 from broker.sow.keys import KeySpec
 from broker.testing import DictMessage, KeyGeneratorConformance
+from broker_plugins.keygen.chaining import ChainingKeyGenerator
+from broker_plugins.keygen.default import DefaultKeyGenerator, checksum_key
 
 
 class TestChainingConformance(KeyGeneratorConformance):

@@ -7,13 +7,13 @@ from hashlib import blake2b
 from typing import Any
 
 import pytest
-from broker_plugins.keygen.default import DefaultKeyGenerator, checksum_key, validate_user_key
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import ConfigError, KeyGenerationError
 from broker.sow.keys import KeySpec
 from broker.testing import DictMessage, KeyGeneratorConformance
+from broker_plugins.keygen.default import DefaultKeyGenerator, checksum_key, validate_user_key
 
 
 class TestDefaultKeyGeneratorOneField(KeyGeneratorConformance):

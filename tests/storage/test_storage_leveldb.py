@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from broker_plugins.storage.leveldb import LevelDBStorage
 
 from broker.errors import StorageError
 from broker.sow.storage import StorageSpec
 from broker.testing import StorageConformance
+from broker_plugins.storage.leveldb import LevelDBStorage
 
 
 class TestLevelDBStorage(StorageConformance):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker_plugins.storage.memory import MemoryStorage
-
 from broker.sow.storage import StorageSpec
 from broker.testing import StorageConformance
+from broker_plugins.storage.memory import MemoryStorage
 
 
 class TestMemoryStorage(StorageConformance):
