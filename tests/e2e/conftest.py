@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,10 +97,8 @@ def client_factory() -> Iterator[Callable[..., object]]:
 
     yield make
     for c in clients:
-        try:
+        with contextlib.suppress(Exception):  # already disconnected
             c.close()
-        except Exception:  # noqa: BLE001 - already disconnected
-            pass
 
 
 @pytest.fixture
