@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from broker.engine.queries import QueryPart, QueryPlan, parse_int_option, parse_options
+from broker.engine.queries import QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError
 from broker.sow.record import SowRecord
-from broker.sow.topic import SowTopic, check_batch_size
+from broker.sow.topic import SowTopic
 
 log = logging.getLogger("broker.engine")
 
@@ -153,6 +153,7 @@ class Engine:
             key = sow.key_for(msg, header.get("sow_key"))
             previous = sow.get(key)
             if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
+                self._send_oof(sow, [previous], "expired")  # not swept yet: its holders still get the oof
                 previous = None
             if delta and previous is not None:
                 body = mt.merge(previous.data, body)
@@ -181,6 +182,9 @@ class Engine:
             record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
             sow.upsert(record, previous)
         delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
+        if sow is not None and self.router.windows.covers(topic):
+            assert key is not None
+            delivered += self.router.windows.on_change(sow, key, previous, record, msg, self.counters.oof)
         self._count_topic(topic, 1, delivered)
         return PublishOutcome(sequence)
 
@@ -205,15 +209,16 @@ class Engine:
                 slot = targets.get(id(sub.client))
                 if slot is None:
                     slot = targets[id(sub.client)] = [sub.client, [], [], []]
-                (slot[3] if sub.delta and previous is not None else slot[1]).append(sub.sub_id)
-            elif sub.oof and previous is not None and flt is not None:
+                as_delta = sub.delta and previous is not None
+                if as_delta and flt is not None:  # a record entering the filter is sent whole
+                    if prev_msg is None:
+                        prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
+                    as_delta = _matched(flt, prev_msg)
+                (slot[3] if as_delta else slot[1]).append(sub.sub_id)
+            elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
                 if prev_msg is None:
                     prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                try:
-                    was = prev_msg is not None and flt(prev_msg)
-                except BrokerError:
-                    was = False
-                if was:
+                if _matched(flt, prev_msg):
                     slot = targets.get(id(sub.client))
                     if slot is None:
                         slot = targets[id(sub.client)] = [sub.client, [], [], []]
@@ -237,6 +242,8 @@ class Engine:
 
     def _send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
         """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
+        if records and self.router.windows.covers(sow.name):
+            self.router.windows.on_removed(sow, records, reason, self.counters.oof)
         subs = [s for s in self.router.candidates(sow.name) if s.oof]
         if not subs or not records:
             return
@@ -248,7 +255,7 @@ class Engine:
                     hit = sub.filter is None or sub.filter(msg)
                 except BrokerError:
                     hit = False
-                if hit:
+                if hit and sub.saw(rec):
                     targets.setdefault(id(sub.client), [sub.client, []])[1].append(sub.sub_id)
             for client, sids in targets.values():
                 client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
@@ -275,7 +282,8 @@ class Engine:
         sub = Subscription(
             client=client, sub_id=sub_id, topic=topic, filter=flt, options=words, kind=kind,
             delta=delta, filter_text=header.get("filter") or "",
-            in_focus=set() if (oof or "oof" in words) else None,
+            wants_oof=oof or "oof" in words,
+            since_ns=time.time_ns() if kind in ("subscribe", "delta") else 0,
         )
         self.router.add(sub)
         return sub
@@ -304,32 +312,7 @@ class Engine:
         Raises:
             CommandError: no SOW topic matches, bad filter, bad options.
         """
-        topic_text = header.get("topic") or ""
-        pattern = TopicPattern.compile(topic_text)
-        topics = [t for name, t in self.sow_topics.items() if pattern.matches(name)]
-        words, pairs = parse_options(header.get("options"))
-        batch_size = check_batch_size(header.get("batch_size"))
-        top_n = header.get("top_n")
-        if top_n is None:
-            top_n = parse_int_option(pairs, "top_n")
-        skip_n = parse_int_option(pairs, "skip_n") or 0
-        if skip_n and top_n is None:
-            raise CommandError("invalid options", "skip_n requires top_n")
-        order_text = header.get("order_by")
-        order_by = None
-        if order_text:
-            order_by = self._compile_order_by(order_text)
-        predicate = self.compile_filter(header.get("filter"))
-        keys = None
-        sow_keys = header.get("sow_keys")
-        if sow_keys:
-            keys = [k for k in str(sow_keys).split(",") if k]
-        plan = QueryPlan(
-            parts=[QueryPart(t, t.storage.snapshot()) for t in topics],
-            predicate=predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n,
-            now_ns=time.time_ns(),
-        )
-        return plan, batch_size
+        return plan_query(header, self.sow_topics, self.compile_filter, self._compile_order_by)
 
     def has_sow(self, topic_text: str) -> bool:
         """Whether ``topic_text`` (literal or regex) names at least one SOW topic."""
@@ -400,6 +383,16 @@ class Engine:
         """The earliest pending expiration across SOW topics."""
         times = [t for s in self.sow_topics.values() if (t := s.next_expiry_ns()) is not None]
         return min(times) if times else None
+
+
+def _matched(flt: Callable[[Any], bool], message: Any) -> bool:
+    """Whether ``message`` (``None``: no message) passes ``flt``; a filter that fails to evaluate: no."""
+    if message is None:
+        return False
+    try:
+        return bool(flt(message))
+    except BrokerError:
+        return False
 
 
 def _parse_expiration(value: Any) -> float:

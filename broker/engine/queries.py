@@ -7,28 +7,51 @@ sow_and_subscribe), then streamed by the session at the client's pace.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
-from dataclasses import dataclass
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from broker.engine.acks import requested_acks
+from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
-from broker.sow.topic import SowTopic
+from broker.sow.topic import SowTopic, check_batch_size
 
 
 @dataclass
 class QueryPart:
-    """The records one SOW topic contributes to a query."""
+    """The records one SOW topic contributes to a query.
+
+    Attributes:
+        topic: The SOW topic.
+        snapshot: The consistent view the query reads.
+        keys: The keys fetched instead of scanning (from an equality filter on the key fields), or
+            ``None`` when the topic is scanned.
+    """
 
     topic: SowTopic
     snapshot: Snapshot
+    keys: list[str] | None = None
 
 
 @dataclass
 class QueryPlan:
-    """A prepared SOW query: what to scan and how to shape the result."""
+    """A prepared SOW query: what to read and how to shape the result.
+
+    Results stream: without OrderBy, records are read, filtered and handed out one at a time (the
+    session batches them), so memory does not grow with the result. OrderBy holds the matching records
+    once (their data, not their parsed messages), or only ``skip_n + top_n`` of them with ``top_n``.
+
+    Attributes:
+        matched: Records that passed the filter so far (``topic_matches``); exact once
+            :meth:`records` is exhausted when nothing cut the scan short: with ``top_n`` and no
+            OrderBy the scan stops early unless ``count_all`` is set.
+        returned: Records handed out so far (``records_returned``).
+    """
 
     parts: list[QueryPart]
     predicate: Any = None
@@ -37,31 +60,114 @@ class QueryPlan:
     top_n: int | None = None
     skip_n: int = 0
     now_ns: int = 0
+    count_all: bool = False
+    matched: int = field(default=0, init=False)
+    returned: int = field(default=0, init=False)
+
+    @property
+    def lookups(self) -> bool:
+        """Whether every part is served by key lookups (no scan at all)."""
+        return self.keys is not None or all(p.keys is not None for p in self.parts)
 
     def close(self) -> None:
         """Release the snapshots."""
         for part in self.parts:
             part.snapshot.close()
 
+    def _matches(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
+        for part in self.parts:
+            keys = self.keys if self.keys is not None else part.keys
+            topic = part.topic
+            for rec, msg in topic.query(part.snapshot, predicate=self.predicate, keys=keys, now_ns=self.now_ns):
+                self.matched += 1
+                yield topic, rec, msg
+
     def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
-        """The result records in order, after skip_n and top_n."""
-        stream = (
-            (part.topic, rec, msg)
-            for part in self.parts
-            for rec, msg in part.topic.query(
-                part.snapshot, predicate=self.predicate, keys=self.keys, now_ns=self.now_ns
-            )
-        )
-        if self.order_by is not None:
-            limit = None if self.top_n is None else self.skip_n + self.top_n
-            key = self.order_by.sort_key
-            if limit is not None:
-                ordered = heapq.nsmallest(limit, stream, key=lambda t: key(t[2]))
-            else:
-                ordered = sorted(stream, key=lambda t: key(t[2]))
-            stream = iter(ordered)
+        """``(topic, record, message)`` for the result records in order, after skip_n and top_n.
+
+        Without OrderBy the order is by topic (in configuration order), then by SOW key. With OrderBy
+        the sort is stable (ties keep that order) and ``message`` is a lazy wrapper of the record data.
+        """
+        stream = self._matches()
         stop = None if self.top_n is None else self.skip_n + self.top_n
-        yield from islice(stream, self.skip_n, stop)
+        if self.order_by is not None:
+            sort_key = self.order_by.sort_key
+            counter = itertools.count()
+            # (key, tie-break, topic, record): the parsed message is dropped so the held result is the
+            # record data once, not twice.
+            keyed = ((sort_key(msg), next(counter), topic, rec) for topic, rec, msg in stream)
+            ordered = heapq.nsmallest(stop, keyed) if stop is not None else sorted(keyed)
+            stream = ((t, r, t.message_type.lazy(r.data)) for _k, _i, t, r in ordered)
+        for item in islice(stream, self.skip_n, stop):
+            self.returned += 1
+            yield item
+        if self.count_all and self.order_by is None:
+            for _ in stream:  # counting topic_matches past top_n, as a stats ack reports it
+                pass
+
+
+def plan_query(
+    header: Mapping[str, Any],
+    sow_topics: Mapping[str, SowTopic],
+    compile_filter: Callable[[str | None], Any],
+    compile_order_by: Callable[[str], Any],
+    *,
+    now_ns: int | None = None,
+) -> tuple[QueryPlan, int]:
+    """Plan a ``sow`` (or the query half of sow_and_subscribe) from its decoded header.
+
+    Reads ``topic`` (literal or regex over the SOW topics), ``filter``, ``sow_keys``, ``batch_size``,
+    ``top_n`` (header or ``o`` option), ``skip_n`` (header or ``o`` option; needs ``top_n``),
+    ``orderby`` and whether a ``stats`` ack was requested. Takes the storage snapshots now, so the
+    result is the SOW as of this engine step.
+
+    Args:
+        header: The command header.
+        sow_topics: The configured SOW topics by name.
+        compile_filter: Filter text (or ``None``) -> compiled filter (or ``None``).
+        compile_order_by: OrderBy text -> compiled OrderBy.
+        now_ns: The query time (records expired by then are skipped); now by default.
+
+    Returns:
+        The plan and the effective batch size.
+
+    Raises:
+        CommandError: bad regex topic, bad filter, bad OrderBy, BatchSize out of range, bad or
+            inconsistent top_n/skip_n.
+    """
+    pattern = TopicPattern.compile(header.get("topic") or "")
+    topics = [t for name, t in sow_topics.items() if pattern.matches(name)]
+    _words, pairs = parse_options(header.get("options"))
+    batch_size = check_batch_size(header.get("batch_size"))
+    top_n = header.get("top_n")
+    if top_n is None:
+        top_n = parse_int_option(pairs, "top_n")
+    elif top_n < 0:
+        raise CommandError("invalid options", "top_n must not be negative")
+    skip_n = header.get("skip_n")
+    if skip_n is None:
+        skip_n = parse_int_option(pairs, "skip_n")
+    elif skip_n < 0:
+        raise CommandError("invalid options", "skip_n must not be negative")
+    if skip_n and top_n is None:
+        raise CommandError("invalid options", "skip_n requires top_n: add top_n=N to the options")
+    order_text = header.get("order_by")
+    order_by = compile_order_by(order_text) if order_text else None
+    predicate = compile_filter(header.get("filter"))
+    keys = None
+    sow_keys = header.get("sow_keys")
+    if sow_keys:
+        keys = [k.strip() for k in str(sow_keys).split(",") if k.strip()]
+    parts = []
+    for t in topics:
+        lookup = t.lookup_keys(predicate) if keys is None and predicate is not None else None
+        parts.append(QueryPart(t, t.storage.snapshot(), lookup))
+    plan = QueryPlan(
+        parts=parts, predicate=predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n or 0,
+        now_ns=time.time_ns() if now_ns is None else now_ns,
+        count_all="stats" in requested_acks(header),
+    )
+    return plan, batch_size
 
 
 def parse_int_option(options: dict[str, str], name: str) -> int | None:

@@ -2,15 +2,25 @@
 
 Literal subscriptions are indexed by topic; regex subscriptions are tested once per distinct topic and the
 answer cached, so the per-message cost is a dict lookup plus one filter evaluation per candidate.
+
+Out-of-focus state is kept without a per-record set: a subscription holds a record exactly when the
+record's last state matched its filter and was delivered to it, which :meth:`Subscription.saw` decides
+from two timestamps. Paginated subscriptions (``top_n`` with ``skip_n``) are not in the fan-out index:
+:attr:`Router.windows` (:mod:`broker.engine.pagination`) maintains them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from broker.engine.pagination import Pagination, Window
 from broker.engine.topics import TopicPattern
+
+if TYPE_CHECKING:
+    from broker.sow.record import SowRecord
 
 
 @dataclass(eq=False)
@@ -25,7 +35,11 @@ class Subscription:
         options: The comma-separated ``o`` options as a set of words (``oof``, ``timestamp``...).
         kind: ``subscribe``, ``sow_and_subscribe``, ``bookmark`` or ``delta``.
         delta: Deliver only the changed fields (delta_subscribe).
-        paused: Deliveries are held (``pause`` option) until ``resume``.
+        wants_oof: The subscription asked for out-of-focus notices (``oof`` option).
+        since_ns: Record states written before this time were not delivered to it: the registration
+            time of a subscription without a SOW query, ``0`` when a snapshot delivered every record.
+        created_ns: When the subscription was placed (records that had expired by then were not sent).
+        window: The pagination window of a paginated sow_and_subscribe, else ``None``.
     """
 
     client: Any
@@ -36,8 +50,10 @@ class Subscription:
     kind: str = "subscribe"
     delta: bool = False
     filter_text: str = ""
-    #: SOW keys this subscription has been sent (for OOF); ``None`` when OOF is off.
-    in_focus: set[str] | None = None
+    wants_oof: bool = False
+    since_ns: int = 0
+    created_ns: int = field(default_factory=time.time_ns)
+    window: Window | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over.
     replay_buffer: list[tuple[str, bytes, str | None, str | None, str | None]] | None = None
@@ -45,13 +61,25 @@ class Subscription:
     @property
     def oof(self) -> bool:
         """Whether the subscription asked for out-of-focus notices."""
-        return self.in_focus is not None
+        return self.wants_oof
+
+    def saw(self, record: SowRecord) -> bool:
+        """Whether the state ``record`` holds was delivered to this subscription, if it matched the filter.
+
+        A subscription without a SOW query was not sent states written before it existed; no
+        subscription was sent a state that had already expired when it was placed (the query skips it).
+        """
+        if record.timestamp_ns < self.since_ns:
+            return False
+        return not (record.expire_at_ns and record.expire_at_ns <= self.created_ns)
 
 
 class Router:
     """Every live subscription, indexed for fan-out."""
 
     def __init__(self) -> None:
+        #: Paginated subscriptions and the sorted result sets they share.
+        self.windows = Pagination()
         self._literal: dict[str, list[Subscription]] = {}
         self._regex: list[Subscription] = []
         self._cache: dict[str, tuple[Subscription, ...]] = {}
@@ -60,13 +88,38 @@ class Router:
     def add(self, sub: Subscription) -> Subscription | None:
         """Add ``sub``; returns the subscription it replaced (same client and sub_id), if any."""
         old = self.remove(sub.client, sub.sub_id)
+        if sub.window is None:
+            self._index(sub)
+        self._by_client.setdefault(id(sub.client), {})[sub.sub_id] = sub
+        return old
+
+    def paginate(self, sub: Subscription, window: Window) -> None:
+        """Make the live ``sub`` paginated: ``window`` (opened on :attr:`windows`) delivers to it now.
+
+        Raises:
+            ValueError: ``sub`` is not live or already paginated.
+        """
+        if self.get(sub.client, sub.sub_id) is not sub or sub.window is not None:
+            raise ValueError(f"subscription {sub.sub_id!r} is not a live unpaginated subscription")
+        self._unindex(sub)
+        sub.window = window
+
+    def _index(self, sub: Subscription) -> None:
         if sub.topic.regex is None:
             self._literal.setdefault(sub.topic.text, []).append(sub)
         else:
             self._regex.append(sub)
-        self._by_client.setdefault(id(sub.client), {})[sub.sub_id] = sub
         self._cache.clear()
-        return old
+
+    def _unindex(self, sub: Subscription) -> None:
+        if sub.topic.regex is None:
+            bucket = self._literal[sub.topic.text]
+            bucket.remove(sub)
+            if not bucket:
+                del self._literal[sub.topic.text]
+        else:
+            self._regex.remove(sub)
+        self._cache.clear()
 
     def get(self, client: object, sub_id: str) -> Subscription | None:
         """The client's subscription ``sub_id``, if live."""
@@ -80,14 +133,10 @@ class Router:
         sub = subs.pop(sub_id)
         if not subs:
             del self._by_client[id(client)]
-        if sub.topic.regex is None:
-            bucket = self._literal[sub.topic.text]
-            bucket.remove(sub)
-            if not bucket:
-                del self._literal[sub.topic.text]
+        if sub.window is not None:
+            self.windows.close(sub.window)  # releases the window and, if last, the shared result set
         else:
-            self._regex.remove(sub)
-        self._cache.clear()
+            self._unindex(sub)
         return sub
 
     def remove_client(self, client: object) -> list[Subscription]:
@@ -113,6 +162,11 @@ class Router:
         """Every live subscription."""
         for subs in self._by_client.values():
             yield from subs.values()
+
+    def statistics(self) -> dict[str, int]:
+        """Live subscriptions, paginated ones, and the shared result sets behind them."""
+        live = sum(len(subs) for subs in self._by_client.values())
+        return {"subscriptions": live, **self.windows.statistics()}
 
     def count_by_kind(self) -> dict[str, int]:
         """Live subscriptions by kind."""

@@ -43,15 +43,28 @@ class SowRecord:
         )
 
     @classmethod
-    def decode(cls, key: str, value: bytes) -> SowRecord:
-        """Rebuild a record from its stored value."""
+    def decode(cls, key: str, value: bytes, data: bytes | None = None) -> SowRecord:
+        """Rebuild a record from its stored value.
+
+        Args:
+            key: The SOW key the value is stored under.
+            value: The stored value.
+            data: The message data when the caller already split it off (:meth:`split`), to avoid a
+                second copy.
+        """
         ts, seq, exp, lbm, lx = _HEAD.unpack_from(value)
         off = _HEAD.size
-        bm = value[off : off + lbm].decode()
+        bm = value[off : off + lbm].decode() if lbm else ""
         off += lbm
-        x = value[off : off + lx].decode()
+        x = value[off : off + lx].decode() if lx else ""
         off += lx
-        return cls(key, bytes(value[off:]), ts, seq, exp, bm, x)
+        return cls(key, bytes(value[off:]) if data is None else data, ts, seq, exp, bm, x)
+
+    @staticmethod
+    def split(value: bytes) -> tuple[int, bytes]:
+        """``(expire_at_ns, data)`` of a stored value, without decoding the rest (for scans)."""
+        _ts, _seq, exp, lbm, lx = _HEAD.unpack_from(value)
+        return exp, bytes(value[_HEAD.size + lbm + lx :])
 
     @staticmethod
     def peek_expiry(value: bytes) -> int:

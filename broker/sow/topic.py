@@ -13,6 +13,7 @@ from typing import Any
 
 from broker.errors import CommandError
 from broker.sow.keys import KeyGenerator, validate_user_key
+from broker.sow.lookups import lookup_keys
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot, Storage
 
@@ -51,6 +52,9 @@ class SowTopic:
         key_fields: The ``<Key>`` paths (empty for user-supplied keys).
         default_expiration: Default lifetime in seconds, ``0.0`` when enabled with no default,
             ``None`` when expiration is disabled.
+        key_lookups: The key generator's key is a pure function of the ``<Key>`` values (the built-in
+            ``default``), so queries whose filter pins every key field fetch keys instead of scanning
+            (:mod:`broker.sow.lookups`). Leave it off for stateful generators such as ``chaining``.
     """
 
     name: str
@@ -59,6 +63,7 @@ class SowTopic:
     key_generator: KeyGenerator | None
     key_fields: tuple[str, ...] = ()
     default_expiration: float | None = None
+    key_lookups: bool = False
     stats: SowTopicStatistics = field(default_factory=SowTopicStatistics)
     _expiry_heap: list[tuple[int, str]] = field(default_factory=list)
 
@@ -73,9 +78,33 @@ class SowTopic:
             return self.key_generator.generate(message)
         return validate_user_key(user_key, topic=self.name)
 
+    def lookup_keys(self, predicate: Any) -> list[str] | None:
+        """The keys a query with ``predicate`` needs to fetch, or ``None`` when it must scan.
+
+        Args:
+            predicate: A compiled filter (:class:`broker.expr.Filter`), or ``None``.
+
+        Returns:
+            The candidate keys (possibly empty: nothing can match) when the filter pins every key field
+            with literals and the topic allows lookups; otherwise ``None``.
+        """
+        if not self.key_lookups or self.key_generator is None or not self.key_fields:
+            return None
+        equalities = getattr(predicate, "key_equalities", None)
+        if equalities is None:
+            return None
+        alternatives = equalities(self.key_fields)
+        if alternatives is None:
+            return None
+        return lookup_keys(self.key_generator, self.key_fields, alternatives)
+
     # -- writes --------------------------------------------------------------------------------------
     def get(self, key: str) -> SowRecord | None:
-        """The record stored under ``key``, or ``None`` (expired records count as absent)."""
+        """The record stored under ``key``, or ``None``.
+
+        A record past its expiration is still returned until the sweeper removes it: callers that care
+        compare :attr:`SowRecord.expire_at_ns` with the time (as publishes and queries do).
+        """
         value = self.storage.get(key.encode())
         if value is None:
             return None
@@ -180,19 +209,25 @@ class SowTopic:
             now_ns: Records expired by this time are skipped.
         """
         self.stats.queries += 1
-        parse = self.message_type.parse
+        # Stored records were validated when published: wrap them lazily, so a query without a filter
+        # never decodes a body, and a filter decodes it on its first field lookup. The full record
+        # (bookmark, correlation id, key text) is decoded only for records that match.
+        lazy = self.message_type.lazy
+        split = SowRecord.split
+        decode = SowRecord.decode
+        pairs: Iterable[tuple[bytes, bytes]]
         if keys is not None:
-            source: Iterable[SowRecord] = (
-                SowRecord.decode(k, v) for k in sorted(set(keys)) if (v := snap.get(k.encode())) is not None
-            )
+            # Byte order, as a scan returns them.
+            pairs = ((k, v) for k in sorted({k.encode() for k in keys}) if (v := snap.get(k)) is not None)
         else:
-            source = self._iter_records(snap)
-        for rec in source:
-            if now_ns and rec.expire_at_ns and rec.expire_at_ns <= now_ns:
+            pairs = snap.scan()
+        for key, value in pairs:
+            expire_at, data = split(value)
+            if now_ns and expire_at and expire_at <= now_ns:
                 continue
-            msg = parse(rec.data)
+            msg = lazy(data)
             if predicate is None or predicate(msg):
-                yield rec, msg
+                yield decode(key.decode(), value, data), msg
 
     def count(self) -> int:
         """Records stored."""
