@@ -113,7 +113,7 @@ class OofReason:
 
     MATCH = "match"
     DELETED = "deleted"
-    EXPIRE = "expire"
+    EXPIRE = "expired"
     ENTITLEMENT = "entitlement"
 
 
