@@ -23,10 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from broker.sow.keys import KeySpec
 from broker_plugins.keygen.chaining import ChainingKeyGenerator
 from broker_plugins.keygen.default import DefaultKeyGenerator
-
-from broker.sow.keys import KeySpec
 
 
 class FlatMessage:

@@ -1,0 +1,114 @@
+"""Small helpers over the official AMPS Python client (``import AMPS``), which drives the broker.
+
+The client is a blocking C extension with its own receive thread per connection: handlers run on
+that thread, so work in a handler is kept to a counter and a timestamp.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+_names = itertools.count(1)
+
+
+def connect(uri: str, role: str, *, publish_store: bool = False) -> Any:
+    """A connected, logged-on client named ``bench-<role>-<n>``.
+
+    Args:
+        uri: The broker's URI.
+        role: Part of the client name (names must be unique per broker).
+        publish_store: Give the client a ``MemoryPublishStore`` (publishes then ask for persisted acks).
+    """
+    import AMPS
+
+    client = AMPS.Client(f"bench-{role}-{next(_names)}-{time.time_ns() % 10**9}")
+    if publish_store:
+        client.set_publish_store(AMPS.MemoryPublishStore(10_000))
+    client.connect(uri)
+    client.logon(10_000)
+    return client
+
+
+def close(client: Any) -> None:
+    """Close a client, ignoring a connection that is already gone."""
+    with contextlib.suppress(Exception):  # the AMPS exceptions vary; the client is being dropped anyway
+        client.close()
+
+
+def publish_all(client: Any, topic: str, docs: Iterable[str], timeout_s: float) -> float:
+    """Publish ``docs`` and wait until the broker has applied them (``publish_flush``); returns seconds."""
+    publish = client.publish
+    t0 = time.perf_counter()
+    for d in docs:
+        publish(topic, d)
+    client.publish_flush(int(timeout_s * 1000))
+    return time.perf_counter() - t0
+
+
+class Completion:
+    """A handler that counts delivered messages and signals the ack that ends a command."""
+
+    def __init__(self, end_ack: str = "completed", end_command: str | None = None) -> None:
+        self.end_ack = end_ack
+        self.end_command = end_command
+        self.count = 0
+        self.first_ns = 0
+        self.bookmarks: dict[int, str] = {}
+        self.keep_bookmarks: set[int] = set()
+        self.failure: str | None = None
+        self.done = threading.Event()
+
+    def __call__(self, message: Any) -> None:
+        cmd = message.get_command()
+        if cmd in ("publish", "sow"):
+            self.count += 1
+            if self.count == 1:
+                self.first_ns = time.perf_counter_ns()
+            if self.count in self.keep_bookmarks:
+                self.bookmarks[self.count] = message.get_bookmark()
+        elif cmd == "ack":
+            if message.get_status() == "failure":
+                self.failure = message.get_reason() or "failure"
+                self.done.set()
+            elif message.get_ack_type() == self.end_ack:
+                self.done.set()
+        elif self.end_command is not None and cmd == self.end_command:
+            self.done.set()
+
+
+def run_command(client: Any, command: Any, timeout_s: float, *, end_command: str | None = None,
+                keep_bookmarks: Iterable[int] = ()) -> tuple[int, float, Completion, str]:
+    """Execute a ``sow`` or bookmark ``subscribe`` command and wait for its end.
+
+    A ``sow`` ends with ``group_end`` (the handler form of the client does not pass the completed ack on);
+    a bookmark subscription's replay ends with the completed ack.
+
+    Returns:
+        Messages delivered, seconds from sending to the end, the handler, and the command's id.
+
+    Raises:
+        TimeoutError: the end did not come within ``timeout_s``.
+        RuntimeError: the broker answered with a failure.
+    """
+    handler = Completion("completed", end_command)
+    handler.keep_bookmarks = set(keep_bookmarks)
+    t0 = time.perf_counter()
+    command_id = client.execute_async(command, handler)
+    if not handler.done.wait(timeout_s):
+        raise TimeoutError(f"no {end_command or 'completed ack'} after {timeout_s:.0f}s "
+                           f"({handler.count} messages so far)")
+    elapsed = time.perf_counter() - t0
+    if handler.failure:
+        raise RuntimeError(handler.failure)
+    return handler.count, elapsed, handler, command_id
+
+
+def query(client: Any, command: Any, timeout_s: float) -> tuple[int, float]:
+    """Run a ``sow`` command; returns the records delivered and the seconds until ``group_end``."""
+    count, seconds, _, _ = run_command(client, command, timeout_s, end_command="group_end")
+    return count, seconds

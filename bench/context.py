@@ -1,0 +1,73 @@
+"""What every workload gets: sizes, the running servers, the peers' tools and the measured limits."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.figures import Figure
+from bench.servers import ServerProcess
+from bench.sizes import Sizes
+
+
+class WorkloadTimeout(Exception):
+    """A workload ran past its time bound."""
+
+
+@dataclass
+class Context:
+    """The run's shared state, handed to each workload.
+
+    Attributes:
+        sizes: Counts and bounds.
+        workdir: The run's temporary directory.
+        broker: The broker under test (``None`` if it failed to start).
+        peers: Running peer servers by name (``redis``, ``nats``, ``mosquitto``).
+        tools: Peer client executables by name (``redis-benchmark``, ``mosquitto_pub``...); ``None`` when missing.
+        nats_py: Whether nats-py can be imported.
+        limits: Machine limits measured in this run, by name.
+        skipped: Why each absent peer is absent.
+        log: Notes printed under the table.
+    """
+
+    sizes: Sizes
+    workdir: Path
+    broker: ServerProcess | None = None
+    peers: dict[str, ServerProcess] = field(default_factory=dict)
+    tools: dict[str, str | None] = field(default_factory=dict)
+    nats_py: bool = False
+    limits: dict[str, Figure] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+    deadline: float = 0.0
+
+    @property
+    def uri(self) -> str:
+        """The broker's AMPS URI (JSON)."""
+        assert self.broker is not None
+        return f"tcp://127.0.0.1:{self.broker.port}/amps/json"
+
+    def start_clock(self) -> None:
+        """Start the current workload's time bound."""
+        self.deadline = time.monotonic() + self.sizes.workload_timeout
+
+    def left(self, at_least: float = 1.0) -> float:
+        """Seconds left before the workload's bound (at least ``at_least``, for client timeouts).
+
+        Raises:
+            WorkloadTimeout: the bound has passed.
+        """
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WorkloadTimeout(f"workload exceeded {self.sizes.workload_timeout:.0f}s")
+        return max(at_least, left)
+
+    def peer(self, name: str) -> ServerProcess | None:
+        """A running peer, or ``None``."""
+        return self.peers.get(name)
+
+    def absent(self, system: str, unit: str = "", higher_is_better: bool = True) -> Figure:
+        """A figure for a peer that is not available, saying why."""
+        why = self.skipped.get(system, "not available")
+        return Figure(system, None, unit, higher_is_better, note=f"skipped: {why}")

@@ -1,0 +1,172 @@
+"""W5: fan-out from one publisher to 1, 4 and 16 subscribers (plain topic: no SOW, no journal).
+
+Every subscriber is its own connection; they are spread over up to 4 receiver processes. The
+publisher sends M documents carrying their send time and, for the broker and NATS, waits for a flush
+round trip every 1000 messages (flow control, so nobody is measured filling an unbounded buffer).
+Throughput is deliveries (M x subscribers) over the time from the first send to the last delivery;
+latency is receive time - send time of every delivery. Peers: NATS core through nats-py, and Mosquitto
+(QoS 0) driven by its own ``mosquitto_pub -l`` / ``mosquitto_sub -C`` tools.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import ampsclient
+from bench.context import Context
+from bench.figures import Figure, Latency, Row
+from bench.messages import doc
+from bench.peertools import nats_connect, run_async
+from bench.servers import die_with_parent
+from bench.workers import Children, amps_fanout, nats_fanout
+from bench.workloads.common import guard
+
+TOPIC = "bench-fanout"
+WINDOW = 1000
+
+
+def split(subscribers: int) -> list[int]:
+    """Connections per receiver process (at most 4 processes on a small machine)."""
+    procs = min(subscribers, 4 if subscribers >= 16 else 2 if subscribers >= 4 else 1)
+    base, extra = divmod(subscribers, procs)
+    return [base + (1 if i < extra else 0) for i in range(procs)]
+
+
+def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dict[str, Any]],
+            usage: Any, **detail: Any) -> Figure:
+    counts = [c for r in results for c in r["counts"]]
+    last = max(x for r in results for x in r["last_ns"])
+    delivered = sum(counts)
+    complete = all(c == m for c in counts)
+    lat = Latency.from_ns([x for r in results for x in r["latencies"]])
+    value = delivered / ((last - t0_ns) / 1e9) if complete and last > t0_ns else None
+    return Figure(system, value, "msg/s", latency=lat, cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
+                  note="" if complete else f"incomplete: {delivered}/{m * subscribers} delivered",
+                  detail={"delivered": delivered, "expected": m * subscribers, **detail})
+
+
+def broker_fanout(ctx: Context, subscribers: int) -> Figure:
+    """The broker's figure for ``subscribers``."""
+    m = ctx.sizes.fanout_messages
+    assert ctx.broker is not None
+    docs_needed = range(m)
+    with Children(amps_fanout, [(ctx.uri, TOPIC, k, m, ctx.left()) for k in split(subscribers)]) as children:
+        children.collect("ready", ctx.left())
+        client = ampsclient.connect(ctx.uri, "fanout-pub")
+        try:
+            meter = ctx.broker.meter()
+            meter.start()
+            t0 = time.time_ns()
+            publish = client.publish
+            for i in docs_needed:
+                publish(TOPIC, doc(i))
+                if i % WINDOW == WINDOW - 1:
+                    client.publish_flush(int(ctx.left() * 1000))
+            client.publish_flush(int(ctx.left() * 1000))
+            results = children.collect("done", ctx.left())
+            usage = meter.stop()
+        finally:
+            ampsclient.close(client)
+    return _figure("broker", subscribers, m, t0, results, usage)
+
+
+def nats_fanout_figure(ctx: Context, subscribers: int) -> Figure:
+    """NATS core: nats-py publisher and subscribers."""
+    nats = ctx.peer("nats")
+    if nats is None or not ctx.nats_py:
+        return ctx.absent("nats", "msg/s")
+    m = ctx.sizes.fanout_messages
+    with Children(nats_fanout, [(nats.port, "bench.fanout", k, m, ctx.left()) for k in split(subscribers)]) as kids:
+        kids.collect("ready", ctx.left())
+
+        async def publish() -> int:
+            nc = await nats_connect(nats.port)
+            try:
+                t0 = time.time_ns()
+                for i in range(m):
+                    await nc.publish("bench.fanout", doc(i).encode())
+                    if i % WINDOW == WINDOW - 1:
+                        await nc.flush()
+                await nc.flush()
+                return t0
+            finally:
+                await nc.close()
+
+        meter = nats.meter()
+        meter.start()
+        t0 = run_async(publish(), ctx.left())
+        results = kids.collect("done", ctx.left())
+        usage = meter.stop()
+    return _figure("nats", subscribers, m, t0, results, usage, client="nats-py")
+
+
+def mosquitto_fanout(ctx: Context, subscribers: int) -> Figure:
+    """Mosquitto QoS 0 with mosquitto_pub -l and one mosquitto_sub -C M per subscriber."""
+    mq, pub_exe, sub_exe = ctx.peer("mosquitto"), ctx.tools.get("mosquitto_pub"), ctx.tools.get("mosquitto_sub")
+    if mq is None or pub_exe is None or sub_exe is None:
+        return ctx.absent("mosquitto", "msg/s")
+    m = ctx.sizes.fanout_messages
+    out_dir = ctx.workdir / f"mqtt-{subscribers}"
+    out_dir.mkdir(exist_ok=True)
+    wait = int(ctx.left())
+    subs: list[subprocess.Popen[bytes]] = []
+    files: list[Path] = []
+    pub: subprocess.Popen[bytes] | None = None
+    try:
+        for k in range(subscribers):
+            path = out_dir / f"sub-{k}.txt"
+            files.append(path)
+            with open(path, "wb") as f:
+                subs.append(subprocess.Popen(
+                    [sub_exe, "-h", "127.0.0.1", "-p", str(mq.port), "-t", "bench/fanout", "-C", str(m),
+                     "-W", str(wait), "-F", "%U %p"], stdout=f, stderr=subprocess.DEVNULL,
+                    start_new_session=True, preexec_fn=die_with_parent))
+        time.sleep(1.0)  # mosquitto_sub has no "subscribed" signal; connecting takes milliseconds
+        meter = mq.meter()
+        meter.start()
+        pub = subprocess.Popen([pub_exe, "-h", "127.0.0.1", "-p", str(mq.port), "-t", "bench/fanout", "-l"],
+                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True, preexec_fn=die_with_parent)
+        assert pub.stdin is not None
+        t0 = time.time_ns()
+        for start in range(0, m, WINDOW):
+            pub.stdin.write("".join(doc(i) + "\n" for i in range(start, min(m, start + WINDOW))).encode())
+        pub.stdin.close()
+        for p in subs:
+            p.wait(ctx.left())
+        usage = meter.stop()
+        pub.wait(ctx.left())
+    finally:
+        for p in [*subs, pub]:
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    results = []
+    for path in files:
+        counts, last, lat = 0, 0, []
+        with open(path, "rb") as f:
+            for line in f:
+                stamp, _, payload = line.partition(b" ")
+                secs, _, frac = stamp.partition(b".")
+                recv = int(secs) * 1_000_000_000 + int(frac.ljust(9, b"0")[:9])
+                lat.append(recv - int(payload[6:25]))
+                last = max(last, recv)
+                counts += 1
+        results.append({"counts": [counts], "last_ns": [last], "latencies": lat})
+    return _figure("mosquitto", subscribers, m, t0, results, usage, client="mosquitto_pub/sub")
+
+
+def run(ctx: Context) -> list[Row]:
+    """W5's rows: one per subscriber count."""
+    m = ctx.sizes.fanout_messages
+    rows = []
+    for n in ctx.sizes.fanout_subscribers:
+        broker = broker_fanout(ctx, n)
+        peers = [guard(ctx, "nats", nats_fanout_figure, n), guard(ctx, "mosquitto", mosquitto_fanout, n)]
+        checks = {"complete": broker.note == ""}
+        rows.append(Row("W5 fan-out", f"1 pub -> {n} sub, {m:,} msgs", broker, peers, ctx.limits.get("loopback"),
+                        checks))
+    return rows

@@ -1,0 +1,100 @@
+"""W1: keyed upsert ingest into a SOW topic with a transaction log.
+
+Broker: one official-client publisher sends every document (pre-built, so the driver is not the
+bottleneck), then ``publish_flush`` waits until the broker has applied them all; the rate is documents
+over that whole span. Peers: redis-benchmark ``HSET`` on random keys (AOF fsync every second, the
+closest to the broker's group-committed journal), and NATS KV ``put`` through nats-py with a window
+of requests in flight. Limit: a plain plyvel put loop (LevelDB, no journal, no network).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import AMPS
+
+from bench import ampsclient
+from bench.context import Context
+from bench.figures import Figure, Latency, Row
+from bench.messages import doc
+from bench.peertools import nats_connect, redis_benchmark, redis_figure, run_async, windowed
+from bench.workloads.common import guard
+
+TOPIC = "bench-ingest"
+
+
+def broker_ingest(ctx: Context) -> tuple[Figure, dict[str, Any]]:
+    """The broker's figure, and the checks (records in the SOW afterwards)."""
+    s = ctx.sizes
+    assert ctx.broker is not None
+    docs = [doc(i % s.ingest_keys) for i in range(s.ingest_messages)]
+    client = ampsclient.connect(ctx.uri, "ingest")
+    try:
+        meter = ctx.broker.meter()
+        meter.start()
+        seconds = ampsclient.publish_all(client, TOPIC, docs, ctx.left())
+        usage = meter.stop()
+        # Not timed: the SOW must now hold one record per key.
+        cmd = AMPS.Command("sow").set_topic(TOPIC).set_batch_size(1000)
+        records, _ = ampsclient.query(client, cmd, ctx.left())
+    finally:
+        ampsclient.close(client)
+    fig = Figure("broker", s.ingest_messages / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
+                 detail={"messages": s.ingest_messages, "seconds": seconds, "sow_records_after": records})
+    return fig, {"sow_records_after": records, "sow_records_expected": min(s.ingest_keys, s.ingest_messages)}
+
+
+def redis_ingest(ctx: Context) -> Figure:
+    """redis-benchmark HSET into ``ingest:<random key>``."""
+    redis, exe = ctx.peer("redis"), ctx.tools.get("redis-benchmark")
+    if redis is None or exe is None:
+        return ctx.absent("redis", "msg/s")
+    s = ctx.sizes
+    meter = redis.meter()
+    meter.start()
+    result = redis_benchmark(exe, redis.port, s.ingest_messages,
+                             ["HSET", "ingest:__rand_int__", "data", doc(1)],
+                             random_keys=s.ingest_keys, timeout=ctx.left())
+    usage = meter.stop()
+    fig = redis_figure(result)
+    fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+    return fig
+
+
+def nats_ingest(ctx: Context) -> Figure:
+    """NATS KV (file storage, history 1) puts through nats-py."""
+    nats = ctx.peer("nats")
+    if nats is None or not ctx.nats_py:
+        return ctx.absent("nats", "msg/s")
+    s = ctx.sizes
+
+    async def go() -> tuple[float, list[int]]:
+        from nats.js.api import KeyValueConfig, StorageType
+
+        nc = await nats_connect(nats.port)
+        try:
+            js = nc.jetstream(timeout=30)
+            kv = await js.create_key_value(KeyValueConfig(bucket="ingest", history=1, storage=StorageType.FILE))
+            docs = [doc(i % s.ingest_keys).encode() for i in range(s.ingest_messages)]
+            return await windowed(lambda i: kv.put(f"k{i % s.ingest_keys}", docs[i]),
+                                  range(s.ingest_messages), s.peer_window)
+        finally:
+            await nc.close()
+
+    meter = nats.meter()
+    meter.start()
+    seconds, lat = run_async(go(), ctx.left())
+    usage = meter.stop()
+    return Figure("nats", s.ingest_messages / seconds, "msg/s", latency=Latency.from_ns(lat), cpu_s=usage.cpu_s,
+                  peak_rss_mb=usage.peak_rss_mb,
+                  detail={"seconds": seconds, "window": s.peer_window, "client": "nats-py"})
+
+
+def run(ctx: Context) -> list[Row]:
+    """W1's table row."""
+    s = ctx.sizes
+    broker, checks = broker_ingest(ctx)
+    peers = [guard(ctx, "redis", redis_ingest), guard(ctx, "nats", nats_ingest)]
+    return [Row("W1 ingest", f"{s.ingest_messages:,} upserts, {s.ingest_keys:,} keys", broker, peers,
+                ctx.limits.get("plyvel put"), checks)]
+

@@ -1,0 +1,179 @@
+"""W2: SOW queries over N records: a filter matching 5% and all records, at BatchSize 1/10/100/1000.
+
+Broker: ``sow`` commands through the official client, timed from sending to the completed ack (every
+record delivered). Peers: Redis ``SCAN`` (COUNT = batch size) + pipelined ``HGETALL`` with the filter
+applied client-side (Redis cannot filter by content), and a NATS KV watch of every key (no batch size:
+the same figure on every batch-size row), also filtered client-side. Limits: a plyvel iteration over
+the same number of 200-byte records, raw (all) and with orjson parse + filter (5%).
+"""
+
+from __future__ import annotations
+
+import time
+
+import AMPS
+import orjson
+
+from bench import ampsclient
+from bench.context import Context
+from bench.figures import Figure, Row
+from bench.messages import FILTER_5PCT, doc
+from bench.peertools import nats_connect, run_async, windowed
+from bench.resp import Redis
+from bench.workloads.common import error_figure
+
+TOPIC = "bench-query"
+KINDS = ("5%", "all")
+
+
+def _ms(system: str, seconds: float, **detail: object) -> Figure:
+    return Figure(system, seconds * 1000, "ms", higher_is_better=False, detail=dict(detail, seconds=seconds))
+
+
+def broker_queries(ctx: Context) -> tuple[dict[tuple[str, int], Figure], dict[str, object]]:
+    """The broker's figure per (kind, batch size), and the checks."""
+    s = ctx.sizes
+    assert ctx.broker is not None
+    n = s.query_records
+    client = ampsclient.connect(ctx.uri, "query")
+    out: dict[tuple[str, int], Figure] = {}
+    checks: dict[str, object] = {}
+    try:
+        load_s = ampsclient.publish_all(client, TOPIC, (doc(i) for i in range(n)), ctx.left())
+        checks["load_msg_per_s"] = round(n / load_s)
+        for kind in KINDS:
+            expected = sum(1 for i in range(n) if i % 20 == 7) if kind == "5%" else n
+            for bs in s.batch_sizes:
+                meter = ctx.broker.meter()
+                meter.start()
+                best = float("inf")
+                for _ in range(s.query_repeats):
+                    cmd = AMPS.Command("sow").set_topic(TOPIC).set_batch_size(bs)
+                    if kind == "5%":
+                        cmd.set_filter(FILTER_5PCT)
+                    got, seconds = ampsclient.query(client, cmd, ctx.left())
+                    if got != expected:
+                        checks[f"count {kind} bs={bs}"] = f"{got} != {expected}"
+                    best = min(best, seconds)
+                usage = meter.stop()
+                fig = _ms("broker", best, records_returned=expected, records_scanned=n, batch_size=bs,
+                          repeats=s.query_repeats)
+                fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+                out[(kind, bs)] = fig
+    finally:
+        ampsclient.close(client)
+    checks["counts_exact"] = not any(k.startswith("count ") for k in checks)
+    return out, checks
+
+
+def redis_queries(ctx: Context) -> dict[tuple[str, int], Figure]:
+    """SCAN + HGETALL per batch, client-side filter; best of the repeats."""
+    redis = ctx.peer("redis")
+    s = ctx.sizes
+    if redis is None:
+        return {(k, bs): ctx.absent("redis", "ms", False) for k in KINDS for bs in s.batch_sizes}
+    out = {}
+    with Redis(redis.port) as r:
+        r.call("FLUSHDB")
+        for start in range(0, s.query_records, 1000):
+            r.pipeline(("HSET", f"rec:{i}", "data", doc(i)) for i in range(start, min(start + 1000, s.query_records)))
+        loads = orjson.loads
+        for kind in KINDS:
+            for bs in s.batch_sizes:
+                meter = redis.meter()
+                meter.start()
+                best = float("inf")
+                for _ in range(s.query_repeats):
+                    ctx.left()
+                    t0 = time.perf_counter()
+                    cursor, got = b"0", 0
+                    while True:
+                        cursor, keys = r.call("SCAN", cursor, "MATCH", "rec:*", "COUNT", bs)
+                        if keys:
+                            for fields in r.pipeline(("HGETALL", k) for k in keys):
+                                if kind == "all" or loads(fields[1])["grp"] == 7:
+                                    got += 1
+                        if cursor == b"0":
+                            break
+                    best = min(best, time.perf_counter() - t0)
+                usage = meter.stop()
+                fig = _ms("redis", best, records_returned=got, client="resp (Python)")
+                fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+                out[(kind, bs)] = fig
+    return out
+
+
+def nats_queries(ctx: Context) -> dict[str, Figure]:
+    """A KV watch of every key (initial values only), client-side filter; best of the repeats."""
+    nats = ctx.peer("nats")
+    s = ctx.sizes
+    if nats is None or not ctx.nats_py:
+        return {k: ctx.absent("nats", "ms", False) for k in KINDS}
+
+    async def go() -> dict[str, Figure]:
+        from nats.js.api import KeyValueConfig, StorageType
+
+        nc = await nats_connect(nats.port)
+        out = {}
+        try:
+            js = nc.jetstream(timeout=30)
+            kv = await js.create_key_value(KeyValueConfig(bucket="query", history=1, storage=StorageType.FILE))
+            await windowed(lambda i: kv.put(f"k{i}", doc(i).encode()), range(s.query_records), s.peer_window)
+            loads = orjson.loads
+            for kind in KINDS:
+                meter = nats.meter()
+                meter.start()
+                best, got = float("inf"), 0
+                for _ in range(s.query_repeats):
+                    t0 = time.perf_counter()
+                    got = 0
+                    watcher = await kv.watchall()
+                    while True:
+                        entry = await watcher.updates(timeout=ctx.left())
+                        if entry is None:
+                            break
+                        if kind == "all" or loads(entry.value)["grp"] == 7:
+                            got += 1
+                    best = min(best, time.perf_counter() - t0)
+                    await watcher.stop()
+                usage = meter.stop()
+                fig = _ms("nats", best, records_returned=got, client="nats-py")
+                fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+                out[kind] = fig
+        finally:
+            await nc.close()
+        return out
+
+    return run_async(go(), ctx.left())
+
+
+def _limit(ctx: Context, kind: str) -> Figure | None:
+    name = "plyvel scan+parse+filter" if kind == "5%" else "plyvel scan"
+    rate = ctx.limits.get(name)
+    if rate is None or not rate.ok:
+        return None
+    assert rate.value is not None
+    return _ms(name, ctx.sizes.query_records / rate.value)
+
+
+def run(ctx: Context) -> list[Row]:
+    """W2's rows: one per (filter, batch size)."""
+    s = ctx.sizes
+    broker, checks = broker_queries(ctx)
+    try:
+        redis = redis_queries(ctx)
+    except Exception as exc:  # noqa: BLE001 - a peer failing must not hide the broker's figure
+        err = error_figure(ctx, "redis", exc, "ms", False)
+        redis = {(k, bs): err for k in KINDS for bs in s.batch_sizes}
+    try:
+        nats = nats_queries(ctx)
+    except Exception as exc:  # noqa: BLE001 - a peer failing must not hide the broker's figure
+        err = error_figure(ctx, "nats", exc, "ms", False)
+        nats = {k: err for k in KINDS}
+    rows = []
+    for kind in KINDS:
+        for bs in s.batch_sizes:
+            what = "5% match" if kind == "5%" else "all"
+            rows.append(Row("W2 query", f"{what} of {s.query_records:,}, BatchSize {bs}", broker[(kind, bs)],
+                            [redis[(kind, bs)], nats[kind]], _limit(ctx, kind), checks if bs == s.batch_sizes[0] else {}))
+    return rows

@@ -1,0 +1,200 @@
+"""W4: replay N journaled messages from the start, from a timestamp and from a bookmark.
+
+Broker: bookmark subscriptions (``subscribe`` with a bookmark and a completed ack) on a topic in the
+transaction log; the rate is messages over the time from sending the command to the completed ack.
+The timestamp and the bookmark both point at the middle, so those replays return N/2. If the broker
+refuses bookmark subscriptions, the rows say ``n/a (not implemented)``, never a number.
+Peers: a NATS JetStream ordered consumer (deliver all / by start time / by start sequence) and Redis
+``XRANGE`` pages of 1000 (from ``-`` / a millisecond id / just after an entry id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import AMPS
+
+from bench import ampsclient
+from bench.context import Context
+from bench.figures import Figure, Row
+from bench.messages import doc
+from bench.peertools import nats_connect, run_async, windowed
+from bench.resp import Redis
+from bench.workloads.common import error_figure
+
+TOPIC = "bench-replay"
+CASES = ("from the start", "from a timestamp", "from a bookmark")
+NOT_IMPLEMENTED = "n/a (not implemented)"
+
+
+def amps_timestamp(ns: int) -> str:
+    """An AMPS bookmark timestamp (UTC, microseconds)."""
+    secs, rem = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+
+
+def bookmark_refusal(client: Any) -> str | None:
+    """``None`` if the broker accepts a bookmark subscription, else its answer."""
+    try:
+        sub_id = client.bookmark_subscribe(lambda m: None, TOPIC, "0|1|", timeout=5000)  # NOW: no replay
+    except Exception as exc:  # noqa: BLE001 - any refusal means "not implemented" for this table
+        return f"{type(exc).__name__}: {exc}"
+    client.unsubscribe(sub_id)
+    return None
+
+
+
+
+def broker_replays(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    """The broker's three figures, and the checks."""
+    s = ctx.sizes
+    assert ctx.broker is not None
+    n, half = s.replay_messages, s.replay_messages // 2
+    client = ampsclient.connect(ctx.uri, "replay")
+    try:
+        refusal = bookmark_refusal(client)
+        if refusal is not None:
+            ctx.log.append(f"W4: the broker refused a bookmark subscription ({refusal[:200]})")
+            return [Figure("broker", None, "msg/s", note=NOT_IMPLEMENTED) for _ in CASES], {"refusal": refusal}
+        ampsclient.publish_all(client, TOPIC, (doc(i) for i in range(half)), ctx.left())
+        time.sleep(0.02)
+        mid_ns = time.time_ns()
+        time.sleep(0.02)
+        ampsclient.publish_all(client, TOPIC, (doc(i) for i in range(half, n)), ctx.left())
+        figures, checks = [], {}
+        mid_bookmark = ""
+        for case in CASES:
+            cmd = AMPS.Command("subscribe").set_topic(TOPIC).add_ack_type("completed")
+            expected = n
+            if case == "from the start":
+                cmd.set_bookmark("0")
+            elif case == "from a timestamp":
+                cmd.set_bookmark(amps_timestamp(mid_ns))
+                expected = n - half
+            else:
+                cmd.set_bookmark(mid_bookmark)
+                expected = n - half
+            meter = ctx.broker.meter()
+            meter.start()
+            got, seconds, handler, sub_id = ampsclient.run_command(client, cmd, ctx.left(), keep_bookmarks=[half])
+            usage = meter.stop()
+            client.unsubscribe(sub_id)
+            if case == "from the start":
+                mid_bookmark = handler.bookmarks.get(half, "")
+            checks[case] = {"received": got, "expected": expected}
+            figures.append(Figure("broker", got / seconds if got else None, "msg/s", cpu_s=usage.cpu_s,
+                                  peak_rss_mb=usage.peak_rss_mb, detail={"seconds": seconds, "messages": got}))
+        checks["counts_exact"] = all(c["received"] == c["expected"] for c in checks.values() if isinstance(c, dict))
+        return figures, checks
+    finally:
+        ampsclient.close(client)
+
+
+def nats_replays(ctx: Context) -> list[Figure]:
+    """JetStream ordered consumers over a file-backed stream."""
+    nats = ctx.peer("nats")
+    s = ctx.sizes
+    if nats is None or not ctx.nats_py:
+        return [ctx.absent("nats", "msg/s") for _ in CASES]
+    n, half = s.replay_messages, s.replay_messages // 2
+
+    async def go() -> list[Figure]:
+        from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
+        nc = await nats_connect(nats.port)
+        try:
+            js = nc.jetstream(timeout=30)
+            await js.add_stream(StreamConfig(name="REPLAY", subjects=["replay.>"], storage=StorageType.FILE))
+            docs = [doc(i).encode() for i in range(n)]
+            await windowed(lambda i: js.publish("replay.x", docs[i]), range(half), s.peer_window)
+            await asyncio.sleep(0.02)
+            mid = datetime.now(UTC)
+            await asyncio.sleep(0.02)
+            await windowed(lambda i: js.publish("replay.x", docs[i]), range(half, n), s.peer_window)
+            configs = [ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+                       ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
+                                      opt_start_time=mid.isoformat().replace("+00:00", "Z")),
+                       ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=half + 1)]
+            out = []
+            for config, expected in zip(configs, (n, n - half, n - half), strict=True):
+                done = asyncio.Event()
+                count = [0]
+
+                async def cb(msg: Any, count: list[int] = count, done: asyncio.Event = done,
+                             expected: int = expected) -> None:
+                    count[0] += 1
+                    if count[0] == expected:
+                        done.set()
+
+                meter = nats.meter()
+                meter.start()
+                t0 = time.perf_counter()
+                sub = await js.subscribe("replay.x", cb=cb, ordered_consumer=True, config=config)
+                await asyncio.wait_for(done.wait(), ctx.left())
+                seconds = time.perf_counter() - t0
+                usage = meter.stop()
+                await sub.unsubscribe()
+                out.append(Figure("nats", count[0] / seconds, "msg/s", cpu_s=usage.cpu_s,
+                                  peak_rss_mb=usage.peak_rss_mb,
+                                  detail={"seconds": seconds, "messages": count[0], "client": "nats-py"}))
+            return out
+        finally:
+            await nc.close()
+
+    return run_async(go(), ctx.left())
+
+
+def redis_replays(ctx: Context) -> list[Figure]:
+    """A Redis stream read with XRANGE pages of 1000."""
+    redis = ctx.peer("redis")
+    s = ctx.sizes
+    if redis is None:
+        return [ctx.absent("redis", "msg/s") for _ in CASES]
+    n, half = s.replay_messages, s.replay_messages // 2
+    out = []
+    with Redis(redis.port) as r:
+        r.call("DEL", "replay")
+        ids: list[bytes] = []
+        for start in range(0, half, 1000):
+            ids += r.pipeline(("XADD", "replay", "*", "d", doc(i)) for i in range(start, min(start + 1000, half)))
+        time.sleep(0.02)
+        mid_ms = time.time_ns() // 1_000_000
+        time.sleep(0.02)
+        for start in range(half, n, 1000):
+            r.pipeline(("XADD", "replay", "*", "d", doc(i)) for i in range(start, min(start + 1000, n)))
+        for first in (b"-", b"%d-0" % mid_ms, b"(" + ids[-1]):
+            meter = redis.meter()
+            meter.start()
+            t0 = time.perf_counter()
+            got, start_id = 0, first
+            while True:
+                page = r.call("XRANGE", "replay", start_id, "+", "COUNT", 1000)
+                got += len(page)
+                if len(page) < 1000:
+                    break
+                start_id = b"(" + page[-1][0]
+            seconds = time.perf_counter() - t0
+            usage = meter.stop()
+            out.append(Figure("redis", got / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
+                              detail={"seconds": seconds, "messages": got, "client": "resp (Python)"}))
+    return out
+
+
+def run(ctx: Context) -> list[Row]:
+    """W4's rows: one per starting point."""
+    s = ctx.sizes
+    broker, checks = broker_replays(ctx)
+    peers: list[list[Figure]] = []
+    for system, fn in (("nats", nats_replays), ("redis", redis_replays)):
+        try:
+            peers.append(fn(ctx))
+        except Exception as exc:  # noqa: BLE001 - a peer failing must not hide the broker's figure
+            peers.append([error_figure(ctx, system, exc)] * len(CASES))
+    limit = ctx.limits.get("loopback")
+    return [Row("W4 replay", f"{case}, {s.replay_messages:,} journaled" if i == 0 else
+                f"{case} (N/2 = {s.replay_messages - s.replay_messages // 2:,})",
+                broker[i], [p[i] for p in peers], limit, checks if i == 0 else {})
+            for i, case in enumerate(CASES)]
