@@ -37,12 +37,27 @@ def _where(frame: Any) -> str:
     return f"{path}:{frame.line_no}"
 
 
+def _area(frame: Any) -> str:
+    """The part of the system a frame belongs to: ``broker.protocol``, ``plugins.storage``, ``trio``..."""
+    if (frame.file_path_short or "").startswith("<built-in>") and frame.parent is not None:
+        return _area(frame.parent)  # a C call counts for the code that made it
+    path = (frame.file_path or "").replace("\\", "/")
+    for marker, prefix in (("/broker/", "broker."), ("/plugins/", "plugins."), ("/broker_plugins/", "plugins.")):
+        if marker in path:
+            rest = path.split(marker, 1)[1].split("/")
+            return prefix + (rest[0] if len(rest) > 1 else rest[0].removesuffix(".py"))
+    if "/trio/" in path:
+        return "trio"
+    return "python (stdlib and other libraries)"
+
+
 def top_frames(session_path: Path, count: int = 5) -> dict[str, Any]:
     """The ``count`` functions with the most self time while the broker was serving.
 
     Returns:
-        ``total_s`` (sampled while serving), ``idle_s`` (waiting for I/O), and ``top``: dicts with
-        ``function``, ``where``, ``self_s`` and ``share`` (of the busy time).
+        ``total_s`` (sampled while serving), ``idle_s`` (waiting for I/O), ``top``: dicts with
+        ``function``, ``where``, ``self_s`` and ``share`` (of the busy time), and ``by_area``: the
+        share of the busy time spent in each package (``broker.protocol``, ``plugins.storage``...).
     """
     from pyinstrument.session import Session
 
@@ -52,6 +67,7 @@ def top_frames(session_path: Path, count: int = 5) -> dict[str, Any]:
         return {"total_s": 0.0, "idle_s": 0.0, "top": []}
     roots = _serving_roots(root)
     self_time: dict[tuple[str, str], float] = defaultdict(float)
+    by_area: dict[str, float] = defaultdict(float)
     idle = 0.0
     stack = list(roots)
     while stack:
@@ -66,6 +82,7 @@ def top_frames(session_path: Path, count: int = 5) -> dict[str, Any]:
             idle += own
             continue
         self_time[(frame.function or "?", _where(frame))] += own
+        by_area[_area(frame)] += own
     busy = sum(self_time.values()) or 1e-9
     ranked = sorted(self_time.items(), key=lambda kv: kv[1], reverse=True)[:count]
     return {
@@ -73,6 +90,7 @@ def top_frames(session_path: Path, count: int = 5) -> dict[str, Any]:
         "idle_s": round(idle, 3),
         "top": [{"function": f, "where": w, "self_s": round(t, 3), "share": round(t / busy, 3)}
                 for (f, w), t in ranked],
+        "by_area": {a: round(t / busy, 3) for a, t in sorted(by_area.items(), key=lambda kv: -kv[1])},
     }
 
 

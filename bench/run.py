@@ -238,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine.machine_info()
     info["load_average_at_start"] = load_at_start
-    busy = max(load_at_start or [0.0])
-    if busy > 0.5:
+    if load_at_start and load_at_start[0] > 0.5:
         ctx.log.append(f"the machine was busy at the start (load average {load_at_start}): figures are noisy")
     elapsed = time.monotonic() - started
     title = f"broker vs peers: {mode} run, {date:%Y-%m-%d %H:%M} UTC"
@@ -255,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{profile['html']}")
         for f in profile["top"]:
             print(f"  {f['share']:6.1%}  {f['self_s']:7.2f}s  {f['function']}  {f['where']}")
+        print("  by package: " + ", ".join(f"{a} {s:.0%}" for a, s in profile["by_area"].items() if s >= 0.01))
 
     payload = {
         "date": date.isoformat(), "mode": mode, "command": " ".join(["python -m bench", *(argv or sys.argv[1:])]),
