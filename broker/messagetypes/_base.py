@@ -114,6 +114,36 @@ def _parse_path(path: str) -> tuple[PathStep, ...]:
     return tuple(steps)
 
 
+#: Marks a kept path's last step in :func:`keep_tree`.
+LEAF = True
+
+
+def keep_tree(keep: Sequence[str]) -> dict[str, Any]:
+    """The key paths a delta must always carry, as a nested dict whose leaves are :data:`LEAF`.
+
+    Used by every message type's ``diff``: ``("/a/b", "/c")`` gives ``{"a": {"b": LEAF}, "c": LEAF}``
+    (an attribute step is spelled ``@name``). Array-element paths are skipped: a key is never one.
+    """
+    tree: dict[str, Any] = {}
+    for path in keep:
+        steps = parse_path(path)
+        if any(s.index is not None for s in steps):
+            continue  # a key field is never an array element; nothing sensible to copy
+        node = tree
+        for i, step in enumerate(steps):
+            name = "@" + step.name if step.attribute else step.name
+            if i == len(steps) - 1:
+                node[name] = LEAF
+            else:
+                child = node.get(name)
+                if child is LEAF:
+                    break
+                if child is None:
+                    child = node[name] = {}
+                node = child
+    return tree
+
+
 class Message(abc.ABC):
     """One message body, parsed at most once, with cached field lookups.
 

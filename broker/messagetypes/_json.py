@@ -18,7 +18,15 @@ from typing import Any
 
 import orjson
 
-from broker.messagetypes._base import Message, MessageParseError, MessageType, PathStep, parse_path
+from broker.messagetypes._base import (
+    LEAF,
+    Message,
+    MessageParseError,
+    MessageType,
+    PathStep,
+    keep_tree,
+    parse_path,
+)
 
 _UNPARSED: Any = object()
 
@@ -165,28 +173,6 @@ def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_LEAF = True
-
-
-def _keep_tree(keep: Sequence[str]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for path in keep:
-        steps = parse_path(path)
-        if any(s.index is not None for s in steps):
-            continue  # a key field is never an array element; nothing sensible to copy
-        node = tree
-        for i, step in enumerate(steps):
-            name = "@" + step.name if step.attribute else step.name
-            if i == len(steps) - 1:
-                node[name] = _LEAF
-            else:
-                child = node.get(name)
-                if child is _LEAF:
-                    break
-                if child is None:
-                    child = node[name] = {}
-                node = child
-    return tree
 
 
 def _diff(old: Any, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +180,7 @@ def _diff(old: Any, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]
     old_obj = old if old.__class__ is dict else {}
     for key, value in new.items():
         sub_keep = keep.get(key)
-        if sub_keep is _LEAF:
+        if sub_keep is LEAF:
             out[key] = value
             continue
         before = old_obj.get(key, _UNPARSED)
@@ -252,6 +238,6 @@ class JsonMessageType(MessageType):
         if after.__class__ is not dict:
             return new
         try:
-            return _dumps(_diff(before, after, _keep_tree(keep)))
+            return _dumps(_diff(before, after, keep_tree(keep)))
         except RecursionError:
             raise MessageParseError("json", "the document is nested too deeply to compare") from None

@@ -19,7 +19,14 @@ from typing import Any
 
 from lxml import etree
 
-from broker.messagetypes._base import Message, MessageParseError, MessageType, PathStep, parse_path
+from broker.messagetypes._base import (
+    LEAF,
+    Message,
+    MessageParseError,
+    MessageType,
+    PathStep,
+    keep_tree,
+)
 
 _UNPARSED: Any = object()
 _local = threading.local()
@@ -186,28 +193,6 @@ def _same(a: etree._Element, b: etree._Element) -> bool:
     return len(ca) == len(cb) and all(_same(x, y) for x, y in zip(ca, cb, strict=True))
 
 
-_LEAF = True
-
-
-def _keep_tree(keep: Sequence[str]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for path in keep:
-        steps = parse_path(path)
-        if any(s.index is not None for s in steps):
-            continue
-        node = tree
-        for i, step in enumerate(steps):
-            name = "@" + step.name if step.attribute else step.name
-            if i == len(steps) - 1:
-                node[name] = _LEAF
-            else:
-                child = node.get(name)
-                if child is _LEAF:
-                    break
-                if child is None:
-                    child = node[name] = {}
-                node = child
-    return tree
 
 
 def _compact_copy(element: etree._Element) -> etree._Element:
@@ -219,13 +204,13 @@ def _compact_copy(element: etree._Element) -> etree._Element:
 def _diff(old: etree._Element, new: etree._Element, keep: dict[str, Any]) -> etree._Element:
     out = etree.Element(new.tag, nsmap=new.nsmap)
     for key, value in new.attrib.items():
-        if old.get(key) != value or keep.get("@" + (_local_name(key) or key)) is _LEAF:
+        if old.get(key) != value or keep.get("@" + (_local_name(key) or key)) is LEAF:
             out.set(key, value)
     old_groups = _groups(old)
     for tag, group in _groups(new).items():
         sub_keep = keep.get(_local_name(tag) or "")
         before = old_groups.get(tag, [])
-        if sub_keep is _LEAF:
+        if sub_keep is LEAF:
             out.extend(_compact_copy(e) for e in group)
             continue
         if len(group) == 1 and len(before) == 1:
@@ -279,7 +264,7 @@ class XmlMessageType(MessageType):
         before, after = parse_root(old), parse_root(new)
         if before.tag != after.tag:
             return new
-        tree = _keep_tree(keep).get(_local_name(after.tag) or "", {})
-        if tree is _LEAF:
+        tree = keep_tree(keep).get(_local_name(after.tag) or "", {})
+        if tree is LEAF:
             return new
         return etree.tostring(_diff(before, after, tree), encoding="utf-8")
