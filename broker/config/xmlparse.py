@@ -16,6 +16,7 @@ from lxml import etree
 
 from broker.config.issues import SOURCE_ATTR, IssueLog, is_element
 from broker.config.model import Where
+from broker.xmlparsing import hardened_parser
 
 #: Wraps an included fragment so that it may hold several top-level elements (AMPS allows that).
 FRAGMENT_TAG = "BrokerIncludedFragment"
@@ -32,15 +33,7 @@ _DOCTYPE_MESSAGE = (
 
 def make_parser() -> etree.XMLParser:
     """The one parser configuration used for every configuration file."""
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_blank_text=False,
-        collect_ids=False,
-    )
+    return hardened_parser(remove_blank_text=False, collect_ids=False)
 
 
 def _line_of(data: bytes, offset: int) -> int:

@@ -27,6 +27,7 @@ from broker.messagetypes._base import (
     PathStep,
     keep_tree,
 )
+from broker.xmlparsing import hardened_parser
 
 _UNPARSED: Any = object()
 _local = threading.local()
@@ -36,15 +37,7 @@ def _parser() -> etree.XMLParser:
     # lxml parsers keep per-parse state; one per thread keeps this pure layer safe to call from workers.
     parser = getattr(_local, "parser", None)
     if parser is None:
-        parser = _local.parser = etree.XMLParser(
-            resolve_entities=False,
-            no_network=True,
-            load_dtd=False,
-            dtd_validation=False,
-            huge_tree=False,
-            remove_comments=True,
-            remove_pis=True,
-        )
+        parser = _local.parser = hardened_parser(remove_comments=True, remove_pis=True)
     return parser
 
 
