@@ -38,11 +38,6 @@ class Outbound:
             self.closed = True
         self._ready.set()
 
-    def extend(self, frames: list[bytes]) -> None:
-        """Queue several frames in order."""
-        for f in frames:
-            self.put(f)
-
     async def wait_below(self, watermark: int) -> None:
         """Wait until at most ``watermark`` bytes are queued (flow control for long query results)."""
         while self.size > watermark and not self.closed:

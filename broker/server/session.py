@@ -84,19 +84,11 @@ class Session:
     # -- outbound ------------------------------------------------------------------------------------
     def send(self, header: Mapping[str, Any], body: bytes = b"") -> None:
         """Queue one frame (held back while a query's results are being streamed)."""
-        frame = encode_frame(header, body)
-        if self._held is not None:
-            self._held.append(frame)
-        else:
-            self.outbound.put(frame)
-        if self.outbound.overflowed:
-            self._offline()
+        self._queue(encode_frame(header, body))
 
     def _send_now(self, header: Mapping[str, Any], body: bytes = b"") -> None:
         """Queue a frame ahead of held live messages (query results, acks of the query)."""
-        self.outbound.put(encode_frame(header, body))
-        if self.outbound.overflowed:
-            self._offline()
+        self._put(encode_frame(header, body))
 
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None:
@@ -106,12 +98,19 @@ class Session:
         else:
             frame = encode_publish(topic, sids, body, bm=bm or None, k=k or None, x=x or None)
         self.messages_out += 1
+        self._queue(frame)
+
+    def _queue(self, frame: bytes) -> None:
+        """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
         if self._held is not None:
             self._held.append(frame)
         else:
-            self.outbound.put(frame)
-            if self.outbound.overflowed:
-                self._offline()
+            self._put(frame)
+
+    def _put(self, frame: bytes) -> None:
+        self.outbound.put(frame)
+        if self.outbound.overflowed:
+            self._offline()
 
     def note_delivered(self, published_ns: int) -> None:
         """Record publish-to-delivery latency (the frame is queued for the socket now)."""
@@ -293,12 +292,12 @@ class Session:
                 returned += 1
                 if len(batch) >= batch_size:
                     # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                    self.outbound.put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
+                    self._put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
                     batch = []
                     if self.outbound.size > QUERY_WATERMARK:
                         await self.outbound.wait_below(QUERY_WATERMARK // 2)
             if batch:
-                self.outbound.put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
+                self._put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
             if not subscribe:
                 self.ack(header, acks, "completed", now=True, query_id=query_id,
@@ -310,9 +309,8 @@ class Session:
             self._hold_depth -= 1
             if self._hold_depth == 0:
                 held, self._held = self._held, None
-                self.outbound.extend(held or [])
-                if self.outbound.overflowed:
-                    self._offline()
+                for frame in held or ():
+                    self._put(frame)
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         if header.get("bookmark") and not body and not header.get("filter"):
