@@ -9,10 +9,11 @@ closes storage.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +22,22 @@ import trio
 from broker import __version__
 from broker.config.model import Config, SowTopicConfig
 from broker.engine.engine import Engine
+from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, ConfigError, PluginError
+from broker.expr import compile_filter, compile_order_by
+from broker.messagetypes import get_message_type
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.sow.keys import KeySpec
+from broker.sow.record import SowRecord
 from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
+from broker.stats.histogram import Histogram
+from broker.txlog import Command, JournalWriter, ReplayStart
 
 log = logging.getLogger("broker")
 
 #: The version string sent in logon acks (the client parses dotted parts of at most two digits).
 WIRE_VERSION = "5.3.4.0"
-
-
-class _Histogram:
-    """Fallback latency histogram when :mod:`broker.stats` is unavailable."""
-
-    def observe(self, seconds: float) -> None:  # pragma: no cover - replaced at start-up
-        pass
-
-
-def _histogram() -> Any:
-    try:
-        from broker.stats.histogram import Histogram
-    except ImportError:  # pragma: no cover
-        return _Histogram()
-    return Histogram()
 
 
 class Broker:
@@ -57,9 +49,6 @@ class Broker:
     """
 
     def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
-        from broker.expr import compile_filter, compile_order_by
-        from broker.messagetypes import get_message_type
-
         self.config = config
         self.version = WIRE_VERSION
         self.start_time = time.time()
@@ -73,10 +62,13 @@ class Broker:
             "bytes_in": 0, "client_disconnects": 0, "slow_client_disconnects": 0,
             "protocol_errors": 0, "commands_failed": 0,
         }
-        self.latency = _histogram()
+        self.latency = Histogram()
         self.journal: Any = None
         self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any]]] = deque()
-        self._journal_dirty = trio.Event() if _in_trio() else None
+        #: Set when records are appended that the syncer has not covered; made in serve().
+        self._journal_dirty: trio.Event | None = None
+        #: Set (and replaced) after every sync.
+        self._synced: trio.Event | None = None
         self._logged_patterns: list[re.Pattern[str]] = []
         functions = {r.name: r.factory for r in self.plugins.filter_functions}
         missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
@@ -105,8 +97,6 @@ class Broker:
 
     # -- construction --------------------------------------------------------------------------------
     def _build_topic(self, cfg: SowTopicConfig) -> SowTopic:
-        from broker.messagetypes import get_message_type
-
         where = f"SOW Topic {cfg.name!r} ({cfg.where})"
         try:
             mt = get_message_type(cfg.message_type)
@@ -149,23 +139,15 @@ class Broker:
             return
         for t in txlog.topics:
             try:
-                self._logged_patterns.append(re.compile(t.name if _is_regex(t.name) else re.escape(t.name) + r"\Z"))
+                self._logged_patterns.append(re.compile(t.name if is_regex_topic(t.name) else re.escape(t.name) + r"\Z"))
             except re.error as exc:
                 raise ConfigError(f"TransactionLog Topic {t.name!r}: bad regex: {exc}") from None
-        try:
-            from broker.txlog import JournalWriter
-        except ImportError:  # pragma: no cover - transaction log not built yet
-            log.warning("transaction log configured but broker.txlog is unavailable; not logging")
-            return
         self.journal = JournalWriter(txlog, self.config.name)
         self.journal.open()
 
     def _rebuild_from_journal(self, topic: SowTopic) -> None:
         """Rebuild a SOW topic whose storage was removed (or is transient) from the transaction log."""
         assert self.journal is not None
-        from broker.sow.record import SowRecord
-        from broker.txlog import Command, ReplayStart
-
         began = time.monotonic()
         total = self.journal.durable_sequence
         applied = 0
@@ -221,9 +203,10 @@ class Broker:
             return
         target = self.journal.last_sequence
         while self.journal.durable_sequence < target:
-            if self._journal_dirty is not None:
-                self._journal_dirty.set()
-            await trio.sleep(0.001)
+            assert self._journal_dirty is not None and self._synced is not None, "the broker is not serving"
+            synced = self._synced
+            self._journal_dirty.set()
+            await synced.wait()
 
     async def _journal_syncer(self) -> None:
         """Group commit: one fsync covers every record appended since the last one."""
@@ -237,6 +220,9 @@ class Broker:
                 if self.journal.durable_sequence >= self.journal.last_sequence:
                     continue
             durable = await trio.to_thread.run_sync(self.journal.sync)
+            assert self._synced is not None
+            self._synced.set()
+            self._synced = trio.Event()
             waiters = self._durable_waiters
             while waiters and waiters[0][0] <= durable:
                 _, session, header = waiters.popleft()
@@ -255,6 +241,7 @@ class Broker:
         from broker.server.transport import serve_transport
 
         self._journal_dirty = trio.Event()
+        self._synced = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
                 if self.journal is not None:
@@ -273,11 +260,8 @@ class Broker:
     async def _start_admin(self, nursery: trio.Nursery) -> None:
         admin = self.config.admin
         assert admin is not None
-        try:
-            from broker.admin.server import serve_admin
-        except ImportError:  # pragma: no cover - admin not built yet
-            log.warning("Admin configured but broker.admin is unavailable")
-            return
+        from broker.admin.server import serve_admin  # hypercorn is loaded only when <Admin> is configured
+
         self.admin_port = await nursery.start(serve_admin, admin.host, admin.port, self.statistics)
         log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
 
@@ -315,7 +299,7 @@ class Broker:
         sessions = list(self.sessions)
         return {
             "instance": {"name": self.config.name, "version": __version__, "start_time": self.start_time,
-                         "config_path": self.config.source, "pid": _pid()},
+                         "config_path": self.config.source, "pid": os.getpid()},
             "counters": {
                 "messages_received": c.messages_received, "messages_delivered": c.messages_delivered,
                 "bytes_in": self.counters["bytes_in"],
@@ -330,8 +314,7 @@ class Broker:
             "subscriptions": self.engine.router.count_by_kind(),
             "sow": {name: t.statistics() for name, t in self.engine.sow_topics.items()},
             "oof": dict(c.oof),
-            "latency": self.latency.snapshot() if hasattr(self.latency, "snapshot") else
-            {"buckets": [(float("inf"), 0)], "sum": 0.0, "count": 0},
+            "latency": self.latency.snapshot(),
             "journal": journal,
             "actions": {},
         }
@@ -342,26 +325,3 @@ class Broker:
         from broker.server.replay import start_bookmark_subscription
 
         await start_bookmark_subscription(self, session, header, acks, delta=delta)
-
-
-def _is_regex(text: str) -> bool:
-    from broker.engine.topics import is_regex_topic
-
-    return is_regex_topic(text)
-
-
-def _in_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-
-StatsSource = Callable[[], dict[str, Any]]
