@@ -61,6 +61,7 @@ class Broker:
         self.counters: dict[str, int] = {
             "bytes_in": 0, "client_disconnects": 0, "slow_client_disconnects": 0,
             "protocol_errors": 0, "commands_failed": 0,
+            "bytes_out_closed": 0,  # bytes sent to clients that have since disconnected
         }
         self.latency = Histogram()
         self.journal: Any = None
@@ -303,7 +304,7 @@ class Broker:
             "counters": {
                 "messages_received": c.messages_received, "messages_delivered": c.messages_delivered,
                 "bytes_in": self.counters["bytes_in"],
-                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters.get("bytes_out_closed", 0),
+                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters["bytes_out_closed"],
                 "client_disconnects": self.counters["client_disconnects"],
                 "slow_client_disconnects": self.counters["slow_client_disconnects"],
                 "protocol_errors": self.counters["protocol_errors"],

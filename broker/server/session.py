@@ -153,6 +153,7 @@ class Session:
             self.broker.sessions.discard(self)
             self.engine.disconnect(self)
             self.broker.counters["client_disconnects"] += 1
+            self.broker.counters["bytes_out_closed"] += self.outbound.bytes_out  # totals never go down
             with trio.move_on_after(1) as cs:
                 cs.shield = True
                 await trio.aclose_forcefully(self.stream)

@@ -5,6 +5,7 @@ server scrapes the broker (issue 7, acceptance 1-3 end to end)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -105,3 +106,23 @@ async def test_real_prometheus_scrapes_the_broker(admin_broker, prometheus) -> N
     await server.wait_for_value('broker_sow_records{topic="orders"}', 25)
     await server.wait_for_value("broker_messages_received_total", 25)
     pub.close()
+
+
+def test_byte_counters_never_go_down_when_clients_leave(admin_broker) -> None:
+    sub = client(admin_broker.uri, "bytes-sub")
+    pub = client(admin_broker.uri, "bytes-pub")
+    got = []
+    sub.subscribe(lambda m: got.append(m), "bytes")
+    for i in range(50):
+        pub.publish("bytes", json.dumps({"i": i, "pad": "x" * 100}))
+    pub.publish_flush(5000)
+    deadline = time.monotonic() + 10
+    while len(got) < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    before = scrape(admin_broker.admin_port)[("broker_bytes_sent_total", ())]
+    assert before > 50 * 100
+    sub.close()
+    pub.close()
+    time.sleep(0.5)
+    after = scrape(admin_broker.admin_port)[("broker_bytes_sent_total", ())]
+    assert after >= before
