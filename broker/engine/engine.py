@@ -198,11 +198,7 @@ class Engine:
         prev_msg = None
         for sub in candidates:
             flt = sub.filter
-            try:
-                hit = flt is None or flt(msg)
-            except BrokerError:
-                hit = False
-            if hit:
+            if _passes(flt, msg):
                 if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
                     sub.replay_buffer.append((topic, body, bm, key, x))
                     continue
@@ -213,12 +209,12 @@ class Engine:
                 if as_delta and flt is not None:  # a record entering the filter is sent whole
                     if prev_msg is None:
                         prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                    as_delta = _matched(flt, prev_msg)
+                    as_delta = _passes(flt, prev_msg)
                 (slot[3] if as_delta else slot[1]).append(sub.sub_id)
             elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
                 if prev_msg is None:
                     prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                if _matched(flt, prev_msg):
+                if _passes(flt, prev_msg):
                     slot = targets.get(id(sub.client))
                     if slot is None:
                         slot = targets[id(sub.client)] = [sub.client, [], [], []]
@@ -251,11 +247,7 @@ class Engine:
             msg = sow.message_type.parse(rec.data)
             targets: dict[int, list[Any]] = {}
             for sub in subs:
-                try:
-                    hit = sub.filter is None or sub.filter(msg)
-                except BrokerError:
-                    hit = False
-                if hit and sub.saw(rec):
+                if _passes(sub.filter, msg) and sub.saw(rec):
                     targets.setdefault(id(sub.client), [sub.client, []])[1].append(sub.sub_id)
             for client, sids in targets.values():
                 client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
@@ -385,10 +377,15 @@ class Engine:
         return min(times) if times else None
 
 
-def _matched(flt: Callable[[Any], bool], message: Any) -> bool:
-    """Whether ``message`` (``None``: no message) passes ``flt``; a filter that fails to evaluate: no."""
+def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
+    """Whether ``message`` passes ``flt`` (no filter: yes; no message: no).
+
+    A filter that fails to evaluate on this message (a field of an unexpected type) counts as no match.
+    """
     if message is None:
         return False
+    if flt is None:
+        return True
     try:
         return bool(flt(message))
     except BrokerError:
