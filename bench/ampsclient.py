@@ -58,6 +58,8 @@ class Completion:
         self.end_command = end_command
         self.count = 0
         self.first_ns = 0
+        #: When the command was sent (perf_counter_ns), for the time to the first message.
+        self.sent_ns = 0
         self.bookmarks: dict[int, str] = {}
         self.keep_bookmarks: set[int] = set()
         self.failure: str | None = None
@@ -98,6 +100,7 @@ def run_command(client: Any, command: Any, timeout_s: float, *, end_command: str
     handler = Completion("completed", end_command)
     handler.keep_bookmarks = set(keep_bookmarks)
     t0 = time.perf_counter()
+    handler.sent_ns = time.perf_counter_ns()
     command_id = client.execute_async(command, handler)
     if not handler.done.wait(timeout_s):
         raise TimeoutError(f"no {end_command or 'completed ack'} after {timeout_s:.0f}s "

@@ -110,6 +110,32 @@ def fsync_rate(directory: Path, seconds: float) -> Figure:
     return Figure("fsync", len(samples) / total_s, "fsync/s", latency=Latency.from_ns(samples))
 
 
+def sequential_read(directory: Path, megabytes: int = 256) -> Figure:
+    """Read a freshly written file back in 1 MiB blocks, after evicting it from the page cache.
+
+    The file is written and fsynced, then ``posix_fadvise(DONTNEED)`` drops its cached pages, so the read
+    comes from the disk (as a replay of an old journal would), not from memory.
+    """
+    path = directory / "seqread-probe.dat"
+    block = os.urandom(1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for _ in range(megabytes):
+            os.write(fd, block)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.lseek(fd, 0, os.SEEK_SET)
+        t0 = time.perf_counter()
+        read = 0
+        while chunk := os.read(fd, 1 << 20):
+            read += len(chunk)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return Figure("disk sequential read", read / (1 << 20) / elapsed, "MB/s")
+
+
 def plyvel_limits(directory: Path, records: int, seconds: float) -> tuple[Figure, Figure, Figure]:
     """LevelDB through plyvel: a plain put loop, a full scan, and a scan that parses and filters (5%)."""
     import plyvel
@@ -168,6 +194,7 @@ def measure_all(directory: Path, records: int, seconds: float) -> dict[str, Figu
     out: dict[str, Figure] = {}
     out["loopback"], out["loopback rtt"] = loopback(seconds)
     out["fsync"] = fsync_rate(directory, seconds)
+    out["disk sequential read"] = sequential_read(directory, 64 if records <= 20_000 else 256)
     out["plyvel put"], out["plyvel scan"], out["plyvel scan+parse+filter"] = plyvel_limits(directory, records, seconds)
     out["orjson parse"] = orjson_rate(seconds)
     return out
