@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", metavar="WORKLOAD", default="",
                    help="run this one workload with the broker under pyinstrument; saves the profile")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every message/record count by this")
+    p.add_argument("--ingest-keys", type=int, default=0,
+                   help="W1's distinct keys (default: as many as messages; the issue's W1 is 1M over 100k)")
     p.add_argument("--timeout", type=float, default=0.0, help="per-workload time bound in seconds")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and Markdown go")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (server logs, data)")
@@ -80,9 +82,9 @@ def choose_sizes(args: argparse.Namespace) -> Sizes:
     if args.scale != 1.0:
         sizes = sizes.scaled(args.scale)
     if args.timeout:
-        from dataclasses import replace
-
         sizes = replace(sizes, workload_timeout=args.timeout)
+    if args.ingest_keys:
+        sizes = replace(sizes, ingest_keys=args.ingest_keys)
     return sizes
 
 
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     sizes = choose_sizes(args)
     workloads = selected(args)
-    mode = sizes.mode + (f"-x{args.scale:g}" if args.scale != 1.0 else "")
+    mode = sizes.mode + (f"-x{args.scale:g}" if args.scale != 1.0 else "") + (
+        f"-keys{args.ingest_keys}" if args.ingest_keys else "")
     started = time.monotonic()
     date = datetime.now(UTC)
     load_at_start = machine.load_average()
