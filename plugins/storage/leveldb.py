@@ -9,12 +9,17 @@ view rebuilt from it, DESIGN.md), and LevelDB's own log still survives a process
 
 Options (``StorageSpec.options``): ``sync`` (``true``/``false``, default ``false``), ``compression``
 (``snappy``/``none``, default ``snappy``), ``write_buffer_size`` and ``lru_cache_size`` (bytes; LevelDB's
-defaults when unset).
+defaults when unset), ``bloom_filter_bits`` (bits per key, default 10; ``0`` turns the filter off).
 
 ``count()`` is O(1): the keys are counted once at open (one pass over the keys, no values), then every
-write looks up each distinct key it touches (one point read per key, served mostly from LevelDB's
-memtable and block cache) to learn whether it adds or removes a record. That keeps the count exact at a
-small cost per write instead of an O(n) pass per ``count()``.
+write learns whether each distinct key it touches adds or removes a record. The engine reads a record
+just before it writes it (the previous value of an upsert), so the storage remembers the outcome of the
+last :meth:`LevelDBStorage.get` and reuses it; any other key costs one point read. That keeps the count
+exact without an O(n) pass per ``count()`` and without a second read per publish.
+
+Reads use a bloom filter (``bloom_filter_bits``, default 10 bits per key): a point read then touches at
+most one data block instead of one per LevelDB level whose key range covers the key, and a read of a
+key that is not there (an insert) usually touches none.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LevelDBSnapshot", "LevelDBStorage"]
 
-_OPTIONS = ("sync", "compression", "write_buffer_size", "lru_cache_size")
+_OPTIONS = ("sync", "compression", "write_buffer_size", "lru_cache_size", "bloom_filter_bits")
+
+#: Bits per key of the bloom filter when the option is not given (LevelDB's recommended value).
+DEFAULT_BLOOM_BITS = 10
 
 
 def _bool_option(name: str, text: str, path: str) -> bool:
@@ -74,6 +82,11 @@ def _wrap(exc: Exception, path: str, doing: str) -> StorageError:
             "SOW is rebuilt from the transaction log when the topic is logged."
         )
     return StorageError(f"leveldb storage at {path!r} failed while {doing}: {text}")
+
+
+def _check_bytes(key: object, value: object) -> None:
+    if not isinstance(key, bytes) or not isinstance(value, bytes):
+        raise TypeError(f"storage keys and values must be bytes, got {type(key).__name__}, {type(value).__name__}")
 
 
 class LevelDBSnapshot(Snapshot):
@@ -146,6 +159,9 @@ class LevelDBStorage(Storage):
         for name in ("write_buffer_size", "lru_cache_size"):
             if name in opts:
                 db_kwargs[name] = _int_option(name, opts[name], self.path)
+        bloom = str(opts.get("bloom_filter_bits", DEFAULT_BLOOM_BITS)).strip()
+        if bloom != "0":
+            db_kwargs["bloom_filter_bits"] = _int_option("bloom_filter_bits", bloom, self.path)
         try:
             Path(self.path).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -158,6 +174,8 @@ class LevelDBStorage(Storage):
             raise _wrap(exc, self.path, "opening") from exc
         self._closed = False
         self._writes = 0
+        #: ``(key, exists)`` of the last point read, valid until the next write (see the module docstring).
+        self._probe: tuple[bytes, bool] | None = None
         try:
             with self._db.iterator(include_value=False) as it:
                 self._count = sum(1 for _ in it)
@@ -189,9 +207,11 @@ class LevelDBStorage(Storage):
         """The value under ``key``, or ``None``."""
         db = self._live()
         try:
-            return db.get(key)
+            value = db.get(key)
         except plyvel.Error as exc:
             raise _wrap(exc, self.path, "reading") from exc
+        self._probe = (key, value is not None)
+        return value
 
     def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
         """Apply ``puts`` then ``deletes`` in one LevelDB write batch (all or nothing).
@@ -201,25 +221,37 @@ class LevelDBStorage(Storage):
             StorageError: the storage is closed or LevelDB fails.
         """
         db = self._live()
-        put_list = list(puts)
-        delete_list = list(deletes)
+        put_list = puts if isinstance(puts, (list, tuple)) else list(puts)
+        delete_list = deletes if isinstance(deletes, (list, tuple)) else list(deletes)
+        probe, self._probe = self._probe, None
+        if len(put_list) == 1 and not delete_list:  # an upsert, the hot path: one put, no batch object
+            key, value = put_list[0]
+            if type(key) is not bytes or type(value) is not bytes:
+                _check_bytes(key, value)
+            try:
+                existed = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
+                db.put(key, value, sync=self.sync)
+            except plyvel.Error as exc:
+                raise _wrap(exc, self.path, "writing") from exc
+            self._count += not existed
+            self._writes += 1
+            return
         if not put_list and not delete_list:
             return
         # Whether each touched key exists afterwards; puts come first, so a later delete wins.
         final: dict[bytes, bool] = {}
         for key, value in put_list:
-            if not isinstance(key, bytes) or not isinstance(value, bytes):
-                raise TypeError(f"storage keys and values must be bytes, got {type(key).__name__}, "
-                                f"{type(value).__name__}")
+            if type(key) is not bytes or type(value) is not bytes:
+                _check_bytes(key, value)
             final[key] = True
         for key in delete_list:
-            if not isinstance(key, bytes):
-                raise TypeError(f"storage keys must be bytes, got {type(key).__name__}")
+            if type(key) is not bytes:
+                _check_bytes(key, b"")
             final[key] = False
         try:
             delta = 0
             for key, exists_after in final.items():
-                existed = db.get(key) is not None
+                existed = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
                 delta += exists_after - existed
             with db.write_batch(transaction=True, sync=self.sync) as batch:
                 for key, value in put_list:

@@ -73,6 +73,7 @@ def test_requires_a_path() -> None:
         ({"compression": "zstd"}, "snappy or none"),
         ({"write_buffer_size": "lots"}, "positive byte count"),
         ({"cache": "1"}, "Known options: sync"),
+        ({"bloom_filter_bits": "-3"}, "bloom_filter_bits='-3'"),
     ],
 )
 def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], message: str) -> None:
@@ -82,10 +83,38 @@ def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], message:
 
 def test_accepts_tuning_options(tmp_path: Path) -> None:
     store = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t"), options={
-        "compression": "none", "write_buffer_size": "1048576", "lru_cache_size": "1048576"}))
+        "compression": "none", "write_buffer_size": "1048576", "lru_cache_size": "1048576",
+        "bloom_filter_bits": "0"}))
     store.write(puts=[(b"k", b"v")])
     assert store.get(b"k") == b"v"
     store.close()
+
+
+def test_count_stays_exact_when_writes_follow_reads_of_other_keys(tmp_path: Path) -> None:
+    """The remembered outcome of the last read applies only to that key, and only until a write."""
+    store = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t")))
+    assert store.get(b"a") is None
+    store.write(puts=[(b"a", b"1")])  # insert after reading it: +1
+    assert store.count() == 1
+    assert store.get(b"a") == b"1"
+    store.write(puts=[(b"a", b"2")])  # update after reading it: +0
+    assert store.count() == 1
+    assert store.get(b"a") == b"2"
+    store.write(puts=[(b"b", b"1")])  # a different key than the one read: +1
+    store.write(puts=[(b"a", b"3")])  # the read of a is stale now (a write came between): still +0
+    assert store.count() == 2
+    assert store.get(b"c") is None
+    store.write(deletes=[b"a"])  # a delete of another key after a miss on c: -1
+    store.write(puts=[(b"c", b"1")])  # the miss on c is stale: still counted correctly, +1
+    assert store.count() == 2
+    assert store.get(b"b") == b"1"
+    store.write(puts=[(b"b", b"2"), (b"d", b"1")], deletes=[b"c"])  # batch: +1 -1
+    assert store.count() == 2
+    assert sorted(k for k, _ in store.scan()) == [b"b", b"d"]
+    store.close()
+    reopened = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t")))
+    assert reopened.count() == 2
+    reopened.close()
 
 
 def test_snapshot_outliving_close_raises_storage_error(tmp_path: Path) -> None:
