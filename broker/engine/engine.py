@@ -32,8 +32,6 @@ class Client(Protocol):
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None: ...
 
-    def note_delivered(self, published_ns: int) -> None: ...
-
 
 @dataclass
 class EngineCounters:
@@ -72,6 +70,8 @@ class Engine:
         compile_filter: Compiles filter text (``broker.expr.compile_filter``).
         compile_order_by: Compiles OrderBy text.
         stats_topics: Topics counted individually in statistics (others aggregate as ``_other``).
+        latency: A :class:`broker.stats.histogram.Histogram` of publish-to-delivery latency (one
+            observation per client a message is queued for), or ``None``.
     """
 
     def __init__(
@@ -85,6 +85,7 @@ class Engine:
         journal: Journal | None = None,
         is_logged: Callable[[str], bool] = lambda topic: False,
         stats_topics: frozenset[str] = frozenset(),
+        latency: Any = None,
     ) -> None:
         self.router = Router()
         self.sow_topics = dict(sow_topics)
@@ -97,6 +98,7 @@ class Engine:
         self.is_logged = is_logged
         self.counters = EngineCounters()
         self._stats_topics = stats_topics
+        self.latency = latency
         #: Highest publish-store sequence applied per publisher name (de-duplication).
         self.publisher_seq: dict[str, int] = {}
 
@@ -184,7 +186,10 @@ class Engine:
         delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
         if sow is not None and self.router.windows.covers(topic):
             assert key is not None
-            delivered += self.router.windows.on_change(sow, key, previous, record, msg, self.counters.oof)
+            paged = self.router.windows.on_change(sow, key, previous, record, msg, self.counters.oof)
+            if paged and self.latency is not None:
+                self.latency.observe((time.time_ns() - now_ns) / 1e9, paged)
+            delivered += paged
         self._count_topic(topic, 1, delivered)
         return PublishOutcome(sequence)
 
@@ -195,10 +200,20 @@ class Engine:
             return 0
         # client id -> [client, publish sids, oof sids, delta sids]
         targets: dict[int, list[Any]] = {}
+        # Each distinct filter is evaluated once per message (subscribers with the same filter text share
+        # one compiled filter): id(filter) -> passes the new state, and the previous state.
+        passed: dict[int, bool] = {}
+        passed_prev: dict[int, bool] = {}
         prev_msg = None
         for sub in candidates:
             flt = sub.filter
-            if _passes(flt, msg):
+            if flt is None:
+                ok = msg is not None
+            else:
+                ok = passed.get(id(flt))
+                if ok is None:
+                    ok = passed[id(flt)] = _passes(flt, msg)
+            if ok:
                 if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
                     sub.replay_buffer.append((topic, body, bm, key, x))
                     continue
@@ -207,22 +222,30 @@ class Engine:
                     slot = targets[id(sub.client)] = [sub.client, [], [], []]
                 as_delta = sub.delta and previous is not None
                 if as_delta and flt is not None:  # a record entering the filter is sent whole
-                    if prev_msg is None:
-                        prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                    as_delta = _passes(flt, prev_msg)
+                    was = passed_prev.get(id(flt))
+                    if was is None:
+                        if prev_msg is None:
+                            prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
+                        was = passed_prev[id(flt)] = _passes(flt, prev_msg)
+                    as_delta = was
                 (slot[3] if as_delta else slot[1]).append(sub.sub_id)
             elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
-                if prev_msg is None:
-                    prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                if _passes(flt, prev_msg):
+                was = passed_prev.get(id(flt))
+                if was is None:
+                    if prev_msg is None:
+                        prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
+                    was = passed_prev[id(flt)] = _passes(flt, prev_msg)
+                if was:
                     slot = targets.get(id(sub.client))
                     if slot is None:
                         slot = targets[id(sub.client)] = [sub.client, [], [], []]
                     slot[2].append(sub.sub_id)
+        if not targets:
+            return 0
         delivered = 0
         for client, pubs, oofs, deltas in targets.values():
             if pubs:
-                client.send_publish(topic, ",".join(pubs), body, bm, key, x)
+                client.send_publish(topic, pubs[0] if len(pubs) == 1 else ",".join(pubs), body, bm, key, x)
                 delivered += 1
             if deltas:
                 assert sow is not None and previous is not None
@@ -232,7 +255,8 @@ class Engine:
             if oofs:
                 client.send_publish(topic, ",".join(oofs), body, bm, key, x, command="oof", reason="match")
                 self.counters.oof["match"] += len(oofs)
-            client.note_delivered(now_ns)
+        if self.latency is not None:  # one clock read per message: every client was served just now
+            self.latency.observe((time.time_ns() - now_ns) / 1e9, len(targets))
         self.counters.messages_delivered += delivered
         return delivered
 

@@ -334,7 +334,6 @@ class Pagination:
             if sub.delta and key in old_set and previous is not None:
                 body = topic.message_type.diff(previous.data, record.data, topic.key_fields)
             client.send_publish(name, sub.sub_id, body, record.bookmark or None, key, record.correlation_id or None)
-            client.note_delivered(record.timestamp_ns)
             sent += 1
         elif key in old_set and sub.oof:
             gone = record if record is not None else previous

@@ -71,6 +71,7 @@ class Broker:
         #: Set (and replaced) after every sync.
         self._synced: trio.Event | None = None
         self._logged_patterns: list[re.Pattern[str]] = []
+        self._logged_cache: dict[str, bool] = {}
         functions = {r.name: r.factory for r in self.plugins.filter_functions}
         missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
                    and not Path(t.file_name).exists()}
@@ -87,6 +88,7 @@ class Broker:
             filter_functions=functions,
             journal=self.journal,
             is_logged=self.is_logged,
+            latency=self.latency,
             stats_topics=frozenset(topics) | frozenset(
                 t.name for t in (config.transaction_log.topics if config.transaction_log else ())
             ),
@@ -182,7 +184,13 @@ class Broker:
 
     def is_logged(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
-        return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
+        found = self._logged_cache.get(topic)
+        if found is None:
+            found = self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
+            if len(self._logged_cache) > 100_000:  # bound memory for unbounded topic spaces
+                self._logged_cache.clear()
+            self._logged_cache[topic] = found
+        return found
 
     def last_persisted(self, client_name: str) -> int:
         """The highest publish-store sequence persisted for a publisher (for the logon ack)."""

@@ -98,7 +98,13 @@ class Session:
         else:
             frame = encode_publish(topic, sids, body, bm=bm or None, k=k or None, x=x or None)
         self.messages_out += 1
-        self._queue(frame)
+        if self._held is not None:
+            self._held.append(frame)
+            return
+        outbound = self.outbound
+        outbound.put(frame)
+        if outbound.overflowed:
+            self._offline()
 
     def _queue(self, frame: bytes) -> None:
         """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
@@ -111,10 +117,6 @@ class Session:
         self.outbound.put(frame)
         if self.outbound.overflowed:
             self._offline()
-
-    def note_delivered(self, published_ns: int) -> None:
-        """Record publish-to-delivery latency (the frame is queued for the socket now)."""
-        self.broker.latency.observe((time.time_ns() - published_ns) / 1e9)
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (ends with the connection)."""

@@ -57,18 +57,19 @@ class Histogram:
         """The finite upper bounds, in seconds."""
         return self._bounds
 
-    def observe(self, seconds: float) -> None:
-        """Record one duration.
+    def observe(self, seconds: float, count: int = 1) -> None:
+        """Record a duration, ``count`` times (e.g. one message queued for several clients at once).
 
         Negative and NaN durations (a clock stepped back) count as 0 so the sum never decreases.
 
         Args:
             seconds: The duration.
+            count: How many observations of that duration.
         """
         if not seconds >= 0.0:  # also catches NaN
             seconds = 0.0
-        self._counts[bisect_left(self._bounds, seconds)] += 1
-        self._sum += seconds
+        self._counts[bisect_left(self._bounds, seconds)] += count
+        self._sum += seconds * count
 
     def snapshot(self) -> HistogramSnapshot:
         """The cumulative counts so far.

@@ -55,6 +55,8 @@ def test_counters_move_by_exactly_the_work_done(admin_broker) -> None:
     received = []
     sub.subscribe(lambda m: received.append(m), "orders")
     sub.subscribe(lambda m: received.append(m), "ticks", filter="/n > 4")
+    sub2 = client(admin_broker.uri, "metrics-sub2")
+    sub2.subscribe(lambda m: received.append(m), "orders")
     for i in range(10):
         pub.publish("orders", json.dumps({"id": i % 6, "q": i}))  # 6 inserts, 4 updates
         pub.publish("ticks", json.dumps({"n": i}))
@@ -67,15 +69,19 @@ def test_counters_move_by_exactly_the_work_done(admin_broker) -> None:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
     assert delta("broker_messages_received_total") == 20
-    assert delta("broker_messages_delivered_total") == 15  # 10 orders + 5 ticks with n > 4
+    assert delta("broker_messages_delivered_total") == 25  # 10 orders to 2 clients + 5 ticks with n > 4
+    # One latency observation per message queued for a client, with the latency it had.
+    assert delta("broker_delivery_latency_seconds_count") == 25
+    assert 0 < delta("broker_delivery_latency_seconds_sum") < 25 * 5.0
     assert delta("broker_topic_messages_received_total", topic="orders") == 10
     assert after[("broker_sow_records", (("topic", "orders"),))] == 4
     assert delta("broker_sow_inserts_total", topic="orders") == 6
     assert delta("broker_sow_updates_total", topic="orders") == 4
     assert delta("broker_sow_deletes_total", topic="orders") == 2
-    assert after[("broker_clients_connected", ())] == 2
+    assert after[("broker_clients_connected", ())] == 3
     assert after[("broker_journal_last_sequence", ())] >= 10 + 2  # 10 publishes + 2 logged deletes
     sub.close()
+    sub2.close()
     pub.close()
 
 

@@ -30,6 +30,17 @@ def test_negative_and_nan_durations_count_as_zero() -> None:
     assert h.snapshot() == {"buckets": [(0.1, 2), (math.inf, 2)], "sum": 0.0, "count": 2}
 
 
+def test_observing_with_a_count_equals_observing_that_many_times() -> None:
+    once, repeated = Histogram([0.1, 1.0]), Histogram([0.1, 1.0])
+    once.observe(0.5, 4)
+    once.observe(0.05)
+    for _ in range(4):
+        repeated.observe(0.5)
+    repeated.observe(0.05)
+    assert once.snapshot() == repeated.snapshot()
+    assert once.snapshot()["count"] == 5
+
+
 @pytest.mark.parametrize("bounds", [[], [1.0, 1.0], [2.0, 1.0], [1.0, math.inf]])
 def test_bad_bounds_are_rejected(bounds) -> None:
     with pytest.raises(ValueError, match="Histogram"):

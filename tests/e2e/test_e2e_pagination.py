@@ -152,9 +152,6 @@ class FakeClient:
     def send_publish(self, topic, sids, body, bm, k, x, command="p", reason=None) -> None:  # noqa: ANN001
         self.sent.append((command, sids, json.loads(body)))
 
-    def note_delivered(self, published_ns: int) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def engine_broker(tmp_path_factory) -> Broker:
