@@ -8,12 +8,23 @@ from typing import Any
 ACK_TYPES = ("received", "parsed", "processed", "persisted", "completed", "stats")
 
 
+_NONE: frozenset[str] = frozenset()
+#: ``a`` text -> its ack types. Clients send a handful of distinct lists, once per command: parse each once.
+_parsed: dict[str, frozenset[str]] = {}
+
+
 def requested_acks(header: Mapping[str, Any]) -> frozenset[str]:
     """The ack types listed in the command's ``a`` field."""
     text = header.get("ack_type")
     if not text:
-        return frozenset()
-    return frozenset(part.strip() for part in str(text).split(",") if part.strip())
+        return _NONE
+    found = _parsed.get(text)
+    if found is None:
+        found = frozenset(part.strip() for part in str(text).split(",") if part.strip())
+        if len(_parsed) > 1024:  # bound it against a client sending arbitrary text
+            _parsed.clear()
+        _parsed[text] = found
+    return found
 
 
 def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None = None,

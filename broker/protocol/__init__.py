@@ -10,7 +10,7 @@ Receiving::
 
 Sending: ``encode_ack``, ``encode_publish``, ``encode_oof``, ``encode_group_begin``/``_end``,
 ``encode_sow_batch``, ``HEARTBEAT_FRAME`` and the general ``encode_frame``; each returns the bytes
-of one frame. Nothing in this package imports trio or the server.
+of one frame. ``DeliveryTemplate`` encodes one message's header once for many clients. Nothing in this package imports trio or the server.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from broker.protocol._connection import (
 from broker.protocol._fields import FIELDS, FieldSpec
 from broker.protocol._frames import (
     HEARTBEAT_FRAME,
+    DeliveryTemplate,
     Frame,
     decode_frame,
     encode_ack,
@@ -64,6 +65,7 @@ __all__ = [
     "decode_frame",
     "decode_header",
     "decode_sow_batch",
+    "DeliveryTemplate",
     "encode_ack",
     "encode_frame",
     "encode_group_begin",

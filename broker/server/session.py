@@ -22,9 +22,8 @@ from broker.protocol import (
     CLOSED,
     NEED_DATA,
     Connection,
+    DeliveryTemplate,
     encode_frame,
-    encode_oof,
-    encode_publish,
     encode_sow_batch,
 )
 from broker.server.outbound import Outbound, SlowClient
@@ -39,6 +38,10 @@ _ids = itertools.count(1)
 
 #: Bytes of query results queued before streaming waits for the client to read.
 QUERY_WATERMARK = 4 * 1024 * 1024
+
+#: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
+_template_key: tuple[Any, ...] = ()
+_template: DeliveryTemplate | None = None
 
 
 def amps_timestamp(ns: int) -> str:
@@ -92,11 +95,19 @@ class Session:
 
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None:
-        """Deliver a message (or an out-of-focus notice) to this client's subscriptions ``sids``."""
-        if command == "oof":
-            frame = encode_oof(topic, sids, body, reason=reason or "match", bm=bm or None, k=k or None, x=x or None)
-        else:
-            frame = encode_publish(topic, sids, body, bm=bm or None, k=k or None, x=x or None)
+        """Deliver a message (or an out-of-focus notice) to this client's subscriptions ``sids``.
+
+        The engine hands one message to every client it reaches in turn, so the header, the same for
+        all of them but for ``sids``, is encoded once (:class:`DeliveryTemplate`) and reused.
+        """
+        global _template_key, _template
+        key = (body, topic, command, bm, k, x, reason)
+        if key != _template_key:
+            _template = DeliveryTemplate("oof" if command == "oof" else "p", topic, body,
+                                         reason=(reason or "match") if command == "oof" else None,
+                                         bm=bm or None, k=k or None, x=x or None)
+            _template_key = key
+        frame = _template.frame(sids)
         self.messages_out += 1
         if self._held is not None:
             self._held.append(frame)
