@@ -20,6 +20,7 @@ class Sizes:
         oof_records: W3 records in the snapshot.
         oof_updates: W3 updates published while subscribed (10% leave the filter).
         oof_rate: W3 publisher pace, updates per second (latency is measured below saturation).
+        oof_subscribers: W3 subscriber counts (one case each, on the same loaded topic).
         replay_messages: W4 messages in the journal.
         fanout_messages: W5 messages published (each delivered to every subscriber).
         fanout_subscribers: W5 subscriber counts.
@@ -38,6 +39,7 @@ class Sizes:
     oof_records: int
     oof_updates: int
     oof_rate: int
+    oof_subscribers: tuple[int, ...]
     replay_messages: int
     fanout_messages: int
     fanout_subscribers: tuple[int, ...]
@@ -51,25 +53,26 @@ class Sizes:
         return asdict(self)
 
     def scaled(self, factor: float) -> Sizes:
-        """The same run with every message/record count multiplied by ``factor``."""
+        """The same run with every message/record count (and, for ``factor > 1``, the time bound) multiplied."""
         def n(v: int) -> int:
             return max(100, int(v * factor))
         return replace(self, ingest_messages=n(self.ingest_messages), ingest_keys=n(self.ingest_keys),
                        query_records=n(self.query_records), oof_records=n(self.oof_records),
                        oof_updates=n(self.oof_updates), replay_messages=n(self.replay_messages),
-                       fanout_messages=n(self.fanout_messages), durable_messages=n(self.durable_messages))
+                       fanout_messages=n(self.fanout_messages), durable_messages=n(self.durable_messages),
+                       workload_timeout=self.workload_timeout * max(1.0, factor))
 
 
 QUICK = Sizes(
     mode="quick", ingest_messages=5_000, ingest_keys=5_000, query_records=10_000, batch_sizes=(1, 10, 100, 1000),
-    query_repeats=1, oof_records=5_000, oof_updates=2_000, oof_rate=2_000, replay_messages=5_000,
-    fanout_messages=2_000, fanout_subscribers=(1, 4, 16), durable_messages=2_000, peer_window=256,
+    query_repeats=1, oof_records=5_000, oof_updates=2_000, oof_rate=2_000, oof_subscribers=(1, 4),
+    replay_messages=5_000, fanout_messages=2_000, fanout_subscribers=(1, 4, 16), durable_messages=2_000, peer_window=256,
     limit_seconds=0.3, workload_timeout=60.0,
 )
 
 FULL = Sizes(
     mode="full", ingest_messages=100_000, ingest_keys=100_000, query_records=100_000,
-    batch_sizes=(1, 10, 100, 1000), query_repeats=2, oof_records=100_000, oof_updates=20_000, oof_rate=2_000,
-    replay_messages=100_000, fanout_messages=20_000, fanout_subscribers=(1, 4, 16), durable_messages=50_000,
-    peer_window=256, limit_seconds=1.0, workload_timeout=300.0,
+    batch_sizes=(1, 10, 100, 1000), query_repeats=2, oof_records=100_000, oof_updates=50_000, oof_rate=10_000,
+    oof_subscribers=(1, 4), replay_messages=100_000, fanout_messages=20_000, fanout_subscribers=(1, 4, 16),
+    durable_messages=50_000, peer_window=256, limit_seconds=1.0, workload_timeout=300.0,
 )

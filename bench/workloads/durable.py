@@ -71,7 +71,7 @@ def broker_durable(ctx: Context) -> Figure:
     client = AMPS.Client(f"bench-durable-{time.time_ns() % 10**9}")
     client.set_publish_store(AMPS.MemoryPublishStore(10_000))
     client.set_global_command_type_message_handler("ack", on_ack)
-    client.connect(ctx.uri)
+    client.connect(ampsclient.with_nodelay(ctx.uri))
     client.logon(10_000)
     try:
         sent: list[tuple[int, int]] = []

@@ -53,3 +53,10 @@ def test_oof_plan_moves_each_leaving_record_out_exactly_once() -> None:
     closed = [i for i, state in plan if state == "closed"]
     assert len(plan) == 500 and len(closed) == 50 and set(closed) == leaving
     assert not any(i in leaving for i, state in plan if state == "open")
+
+
+def test_a_later_oof_plan_leaves_records_already_out_of_the_filter_alone() -> None:
+    _, first = plan_updates(1000, 500)
+    plan, leaving = plan_updates(1000, 500, seed=9, exclude=frozenset(first))
+    assert len(leaving) == 50 and not leaving & first
+    assert not any(i in first for i, _state in plan)

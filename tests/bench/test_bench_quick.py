@@ -49,5 +49,8 @@ def test_quick_run_produces_table_and_json(tmp_path: Path) -> None:
             # A peer is measured, or says why not: never a silent blank.
             assert (peer["value"] or 0) > 0 or peer["note"], peer
     oof = [r for r in data["rows"] if r["workload"].startswith("W3") and "updates" in r["case"]]
-    assert oof and oof[0]["checks"]["oof_exactly_once"] is True
+    # One case per subscriber count (1 and 4), every subscriber exact in each.
+    assert [r["broker"]["detail"]["subscribers"] for r in oof] == [1, 4]
+    assert all(r["checks"]["oof_exactly_once"] is True for r in oof)
+    assert all(p["exact"] for r in oof for p in r["checks"]["per_subscriber"])
     assert all(f["value"] > 0 for f in data["limits"].values())
