@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import trio
 
+from broker.server.sockio import socket_fd, write_all
+
 
 class SlowClient(Exception):
     """The client fell behind past its outbound bound and must be disconnected."""
@@ -50,6 +52,7 @@ class Outbound:
         Raises:
             SlowClient: the buffer overflowed.
         """
+        fd = socket_fd(stream)
         while True:
             if not self._chunks:
                 if self.overflowed:
@@ -66,7 +69,10 @@ class Outbound:
             self._chunks.clear()
             self.size = 0
             self._drained.set()
-            await stream.send_all(data)
+            if fd is not None:
+                await write_all(fd, data)
+            else:
+                await stream.send_all(data)
             self.bytes_out += len(data)
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from broker.protocol import (
     encode_sow_batch,
 )
 from broker.server.outbound import Outbound, SlowClient
+from broker.server.sockio import read_some, socket_fd
 from broker.txlog.bookmarks import client_name_hash
 
 if TYPE_CHECKING:
@@ -183,9 +184,10 @@ class Session:
                 self._nursery.cancel_scope.cancel()
 
     async def _reader(self) -> None:
+        fd = socket_fd(self.stream)
         while True:
             try:
-                data = await self.stream.receive_some(65536)
+                data = await (read_some(fd, 65536) if fd is not None else self.stream.receive_some(65536))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
@@ -201,7 +203,12 @@ class Session:
                         break
                     if frame is CLOSED:
                         return
-                    await self._dispatch(frame.header, bytes(frame.body))
+                    header = frame.header
+                    command = header.get("command")
+                    if command in _PLAIN_PUBLISH and self.logged_on and not header.get("ack_type"):
+                        self._publish_now(header, frame.body, command)  # the hot path, without awaiting
+                    else:
+                        await self._dispatch(header, bytes(frame.body))
             except ProtocolError as exc:
                 self.broker.counters["protocol_errors"] += 1
                 self.closed_reason = f"protocol error: {exc}"
@@ -225,8 +232,22 @@ class Session:
                 raise CommandError("invalid command", f"unknown command {command!r}")
             self.ack(header, acks, "parsed")
             await handler(self, header, body, acks)
-        except CommandError as exc:
-            self.broker.counters["commands_failed"] += 1
+        except BrokerError as exc:
+            self._failed(header, acks, command, exc)
+
+    def _publish_now(self, header: Mapping[str, Any], body: bytes, command: str) -> None:
+        """A publish that asked for no ack, by a logged-on client: what :meth:`_dispatch` would do, minus
+        the acks and the coroutine."""
+        self.messages_in += 1
+        try:
+            self.engine.publish(self, header, body, delta=command == "delta_publish")
+        except BrokerError as exc:
+            self._failed(header, _NO_ACKS, command, exc)
+
+    def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
+        """Count and log a failed command, and answer with the failure acks it asked for."""
+        self.broker.counters["commands_failed"] += 1
+        if isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
             failed = "processed" if "processed" in acks else ("persisted" if "persisted" in acks else None)
             if failed:
@@ -234,11 +255,10 @@ class Session:
                          s=header.get("seq") if failed == "persisted" else None)
             if "stats" in acks:
                 self.ack(header, acks, "stats", reason=exc.reason, now=True)
-        except BrokerError as exc:
-            self.broker.counters["commands_failed"] += 1
-            log.error("%s (%s): %s failed: %s", self.id, self.name, command, exc)
-            if "processed" in acks:
-                self.ack(header, acks, "processed", reason=exc.reason, now=True)
+            return
+        log.error("%s (%s): %s failed: %s", self.id, self.name, command, exc)
+        if "processed" in acks:
+            self.ack(header, acks, "processed", reason=exc.reason, now=True)
 
     def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
         self.name = header.get("client_name") or self.id
@@ -381,6 +401,10 @@ class Session:
             "queued_bytes": self.outbound.size,
         }
 
+
+#: Commands :meth:`Session._publish_now` applies directly when they ask for no ack.
+_PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
+_NO_ACKS: frozenset[str] = frozenset()
 
 _HANDLERS = {
     "p": Session._publish,

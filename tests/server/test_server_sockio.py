@@ -1,0 +1,83 @@
+"""The sessions' socket helpers, over real socket pairs: partial writes, end of stream, a peer gone."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import trio
+import trio.testing
+
+from broker.server.sockio import read_some, socket_fd, write_all
+
+
+async def test_write_all_delivers_more_than_the_send_buffer_holds_in_order() -> None:
+    a, b = trio.socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    payload = bytes(range(256)) * 8192  # 2 MiB: many partial writes, each waiting for the reader
+    got = bytearray()
+
+    async def reader() -> None:
+        while len(got) < len(payload):
+            await trio.sleep(0.001)  # a slow reader keeps the writer's buffer full
+            got.extend(await read_some(b.fileno(), 65536))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        with trio.fail_after(20):
+            await write_all(a.fileno(), payload)
+    assert bytes(got) == payload
+    a.close()
+    b.close()
+
+
+async def test_read_some_returns_empty_at_end_of_stream() -> None:
+    a, b = trio.socket.socketpair()
+    await write_all(a.fileno(), b"last words")
+    a.close()
+    assert await read_some(b.fileno(), 100) == b"last words"
+    assert await read_some(b.fileno(), 100) == b""
+    b.close()
+
+
+async def test_read_some_waits_and_can_be_cancelled() -> None:
+    a, b = trio.socket.socketpair()
+    with trio.move_on_after(0.05) as scope:
+        await read_some(b.fileno(), 100)
+    assert scope.cancelled_caught
+    a.close()
+    b.close()
+
+
+async def test_read_some_yields_to_other_tasks_even_when_data_is_always_ready() -> None:
+    a, b = trio.socket.socketpair()
+    await write_all(a.fileno(), b"x" * 1000)
+    ran = []
+
+    async def other() -> None:
+        ran.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await read_some(b.fileno(), 10)  # data is there: no wait, but still a scheduling point
+        assert ran
+    a.close()
+    b.close()
+
+
+async def test_write_all_to_a_peer_that_is_gone_raises_broken_resource() -> None:
+    a, b = trio.socket.socketpair()
+    b.close()
+    with pytest.raises(trio.BrokenResourceError, match="socket write failed"):
+        for _ in range(100):  # the first write may be accepted before the error shows
+            await write_all(a.fileno(), b"x" * 65536)
+    a.close()
+
+
+async def test_only_plain_socket_streams_take_the_fd_path() -> None:
+    a, b = trio.socket.socketpair()
+    assert socket_fd(trio.SocketStream(a)) == a.fileno()
+    left, _right = trio.testing.memory_stream_pair()
+    assert socket_fd(left) is None
+    a.close()
+    b.close()
