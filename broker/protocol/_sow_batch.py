@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from broker.errors import LocalProtocolError, RemoteProtocolError
 from broker.protocol._frames import Frame, _frame
-from broker.protocol._header import _EMIT, Buffer, Header, decode_header, encode_header
+from broker.protocol._header import _EMIT, Buffer, Header, decode_header, dumps_flat, encode_header
 
-__all__ = ["decode_sow_batch", "encode_sow_batch"]
+__all__ = ["decode_sow_batch", "encode_sow_batch", "encode_sow_records"]
+
+_RECORD_FIELDS = ("t", "k", "bm", "ts", "x")
 
 
 def encode_sow_batch(
@@ -85,6 +89,48 @@ def encode_sow_batch(
         wire["l"] = len(data)
         parts.append(encode_header(wire))
         parts.append(data)
+    return _frame(b"", b"".join(parts))
+
+
+def encode_sow_records(outer: Mapping[str, Any], records: Sequence[tuple[str, str, str, str, str, Buffer]]) -> bytes:
+    """Encode a ``sow`` frame of query results: the hot path of :func:`encode_sow_batch`.
+
+    Every record carries exactly ``t``, ``k``, ``bm``, ``ts`` and ``x`` (``""`` when empty), so the
+    inner headers are uniform by construction and each is one flat encode. The bytes equal
+    ``encode_sow_batch(outer, [({"t": t, "k": k, "bm": bm, "ts": ts, "x": x}, data), ...])``.
+
+    Args:
+        outer: The outer header (``query_id`` required), as for :func:`encode_sow_batch`.
+        records: ``(topic, sow_key, bookmark, timestamp, correlation_id, data)`` per record; the text
+            fields are ``str``.
+
+    Raises:
+        LocalProtocolError: No records, no ``query_id``, or a field that is not a ``str``.
+    """
+    if not records:
+        raise LocalProtocolError(
+            "a sow batch needs at least one record; an empty result is group_begin + group_end"
+        )
+    outer_fields = dict(outer)
+    if outer_fields.get("query_id") is None:
+        raise LocalProtocolError("a sow batch needs query_id: the client routes sow frames by it, not by cid")
+    parts: list[Buffer] = [encode_header({"c": "sow", **outer_fields})]
+    append = parts.append
+    for t, k, bm, ts, x, data in records:
+        wire = {"t": t, "k": k, "bm": bm, "ts": ts, "x": x, "l": len(data)}
+        try:
+            inner = orjson.dumps(wire)
+        except TypeError:
+            inner = b""
+        # Five str fields and one int: 22 quotes, and no backslash, bracket or inner brace, unless a
+        # value needed escaping or is not a str; both take the checked path.
+        if inner.count(b'"') != 22 or len(inner.translate(None, b"\\[{")) != len(inner) - 1:
+            for name, value in zip(_RECORD_FIELDS, (t, k, bm, ts, x), strict=True):
+                if type(value) is not str:
+                    raise LocalProtocolError(f"sow record field {name!r} must be a str, got {type(value).__name__}")
+            inner = dumps_flat(wire)
+        append(inner)
+        append(data)
     return _frame(b"", b"".join(parts))
 
 

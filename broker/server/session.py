@@ -24,7 +24,7 @@ from broker.protocol import (
     Connection,
     DeliveryTemplate,
     encode_frame,
-    encode_sow_batch,
+    encode_sow_records,
 )
 from broker.server.outbound import Outbound, SlowClient
 from broker.server.sockio import read_some, socket_fd
@@ -45,10 +45,22 @@ _template_key: tuple[Any, ...] = ()
 _template: DeliveryTemplate | None = None
 
 
+_second_text: dict[int, str] = {}
+
+
 def amps_timestamp(ns: int) -> str:
-    """AMPS's timestamp form, ``20240101T000000.000000Z`` (UTC)."""
+    """AMPS's timestamp form, ``20240101T000000.000000Z`` (UTC).
+
+    Query results format one per record, and records written in the same second share the formatted
+    second (a bounded cache of them), so most calls are one dict lookup and one small format.
+    """
     secs, rem = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+    text = _second_text.get(secs)
+    if text is None:
+        if len(_second_text) > 4096:
+            _second_text.clear()
+        text = _second_text[secs] = time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs))
+    return f"{text}.{rem // 1000:06d}Z"
 
 
 class Session:
@@ -319,19 +331,19 @@ class Session:
             self.ack(header, acks, "processed", now=True, **extras)
             self._send_now({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id})
             outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
-            batch: list[tuple[dict[str, Any], bytes]] = []
+            batch: list[tuple[str, str, str, str, str, bytes]] = []
             for topic, rec, _msg in plan.records():
-                batch.append(({"t": topic.name, "k": rec.key, "bm": rec.bookmark,
-                               "ts": amps_timestamp(rec.timestamp_ns), "x": rec.correlation_id}, rec.data))
+                batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
+                              rec.correlation_id, rec.data))
                 returned += 1
                 if len(batch) >= batch_size:
                     # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                    self._put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
+                    self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
                     batch = []
                     if self.outbound.size > QUERY_WATERMARK:
                         await self.outbound.wait_below(QUERY_WATERMARK // 2)
             if batch:
-                self._put(encode_sow_batch({**outer, "batch_size": len(batch)}, batch))
+                self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
             if not subscribe:
                 self.ack(header, acks, "completed", now=True, query_id=query_id,

@@ -43,10 +43,15 @@ def test_slow_subscriber_is_offlined_and_others_carry_on(tmp_path, client_factor
         fast.subscribe(got, "flood")
         pub = client_factory(broker.uri)
         body = json.dumps({"pad": "x" * 1000})
-        for _ in range(3000):  # ~3 MB: far past the slow client's 256 KB bound
-            pub.publish("flood", body)
-        pub.publish_flush(10000)
-        assert len(got.wait_for(3000, timeout=20)) == 3000
+        # ~3 MB in all, far past the slow client's 256 KB bound; in steps of ~100 KB that the reading
+        # client takes in before the next, so only the client that stopped reading falls behind.
+        for step in range(1, 31):
+            for _ in range(100):
+                pub.publish("flood", body)
+            pub.publish_flush(10000)
+            got.wait_for(100 * step, timeout=20)
+        received = len(got.wait_for(3000, timeout=20))
+        assert received == 3000, f"the other subscriber got {received} of 3000\n--- broker log ---\n{broker.log()}"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and metric(broker.admin_port, "broker_slow_client_disconnects_total") < 1:
             time.sleep(0.2)

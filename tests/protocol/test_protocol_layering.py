@@ -33,7 +33,7 @@ def test_public_surface_is_pinned() -> None:
             "OofReason", "ProtocolError", "Reason", "RemoteProtocolError", "Sentinel", "Status", "decode_frame",
             "decode_header", "decode_sow_batch", "encode_ack", "encode_frame", "encode_group_begin",
             "encode_group_end", "encode_header", "encode_oof", "encode_publish", "encode_sow_batch",
-            "escape_string", "parse_ack_types",
+            "encode_sow_records", "escape_string", "parse_ack_types",
         ]
     )  # fmt: skip
     for name in broker.protocol.__all__:

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import LocalProtocolError, RemoteProtocolError
-from broker.protocol import Frame, Header, decode_frame, decode_sow_batch, encode_sow_batch
+from broker.protocol import (
+    Frame,
+    Header,
+    decode_frame,
+    decode_sow_batch,
+    encode_sow_batch,
+    encode_sow_records,
+)
 
 
 def frame(payload: bytes) -> bytes:
@@ -110,3 +117,32 @@ def test_round_trip(records: list[tuple[str, bytes]]) -> None:
     assert [(h.sow_key, h.bookmark, h.msg_len, d) for h, d in got] == [
         (key, f"1|{i}|", len(data), data) for i, (key, data) in enumerate(records)
     ]
+
+
+# Record fields as the query path sends them: any text (quotes, backslashes, control characters).
+_field = st.text(max_size=20)
+
+
+@given(st.lists(st.tuples(_field, _field, _field, _field, _field, st.binary(max_size=60)), min_size=1, max_size=8),
+       st.text(min_size=1, max_size=10))
+def test_encode_sow_records_equals_the_general_encoder(records, query_id: str) -> None:
+    outer = {"cid": "q1", "t": "orders", "query_id": query_id, "batch_size": len(records)}
+    fast = encode_sow_records(outer, records)
+    general = encode_sow_batch(outer, [({"t": t, "k": k, "bm": bm, "ts": ts, "x": x}, data)
+                                       for t, k, bm, ts, x, data in records])
+    assert fast == general
+    decoded = decode_sow_batch(decode_frame(fast))
+    assert [(h.get("sow_key"), body) for h, body in decoded] == [(r[1], r[5]) for r in records]
+
+
+@pytest.mark.parametrize("bad", [1, None, b"k"])
+def test_encode_sow_records_refuses_non_text_fields(bad: object) -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_sow_records({"query_id": "q"}, [("t", bad, "", "", "", b"{}")])  # type: ignore[list-item]
+
+
+def test_encode_sow_records_needs_records_and_a_query_id() -> None:
+    with pytest.raises(LocalProtocolError, match="at least one record"):
+        encode_sow_records({"query_id": "q"}, [])
+    with pytest.raises(LocalProtocolError, match="query_id"):
+        encode_sow_records({"cid": "1"}, [("t", "k", "", "", "", b"{}")])
