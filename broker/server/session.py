@@ -37,7 +37,8 @@ log = logging.getLogger("broker.session")
 
 _ids = itertools.count(1)
 
-#: Bytes of query results queued before streaming waits for the client to read.
+#: Bytes of query results queued before streaming waits for the client to read (at most half the
+#: client's outbound bound, so a large result never trips the bound of a client that reads).
 QUERY_WATERMARK = 4 * 1024 * 1024
 
 #: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
@@ -91,6 +92,8 @@ class Session:
         self.messages_out = 0
         self.bytes_in = 0
         self._held: list[bytes] | None = None
+        #: Bytes in ``_held``: they count against the outbound bound like queued bytes.
+        self._held_bytes = 0
         self._hold_depth = 0
         self._last_heard = trio.current_time()
         self._heartbeat_interval: float | None = None
@@ -123,7 +126,7 @@ class Session:
         frame = _template.frame(sids)
         self.messages_out += 1
         if self._held is not None:
-            self._held.append(frame)
+            self._hold(frame)
             return
         outbound = self.outbound
         outbound.put(frame)
@@ -133,9 +136,22 @@ class Session:
     def _queue(self, frame: bytes) -> None:
         """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
         if self._held is not None:
-            self._held.append(frame)
+            self._hold(frame)
         else:
             self._put(frame)
+
+    def _hold(self, frame: bytes) -> None:
+        """Keep a live message back until the query streaming now ends (no gap, no reordering).
+
+        Held bytes count against the client's outbound bound: a client that cannot take a snapshot
+        and the updates published meanwhile within its MessageMemoryLimit is offlined as slow, rather
+        than holding an unbounded backlog in the broker.
+        """
+        assert self._held is not None
+        self._held.append(frame)
+        self._held_bytes += len(frame)
+        if self._held_bytes + self.outbound.size > self.outbound.limit:
+            self._offline(held=self._held_bytes)
 
     def _put(self, frame: bytes) -> None:
         self.outbound.put(frame)
@@ -147,12 +163,13 @@ class Session:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def _offline(self) -> None:
+    def _offline(self, held: int = 0) -> None:
         if not self.closed_reason:
             self.closed_reason = "slow client"
             self.broker.counters["slow_client_disconnects"] += 1
-            log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes", self.id, self.name,
-                        self.outbound.limit)
+            log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes%s", self.id, self.name,
+                        self.outbound.limit,
+                        f" ({held} bytes of them live messages held while a query streamed)" if held else "")
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
 
@@ -332,6 +349,7 @@ class Session:
             self._send_now({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id})
             outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
             batch: list[tuple[str, str, str, str, str, bytes]] = []
+            watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
             for topic, rec, _msg in plan.records():
                 batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
                               rec.correlation_id, rec.data))
@@ -340,8 +358,8 @@ class Session:
                     # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
                     self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
                     batch = []
-                    if self.outbound.size > QUERY_WATERMARK:
-                        await self.outbound.wait_below(QUERY_WATERMARK // 2)
+                    if self.outbound.size > watermark:
+                        await self.outbound.wait_below(watermark // 2)
             if batch:
                 self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
@@ -355,6 +373,7 @@ class Session:
             self._hold_depth -= 1
             if self._hold_depth == 0:
                 held, self._held = self._held, None
+                self._held_bytes = 0
                 for frame in held or ():
                     self._put(frame)
 

@@ -60,3 +60,60 @@ def test_slow_subscriber_is_offlined_and_others_carry_on(tmp_path, client_factor
         slow.close()
     finally:
         broker.stop()
+
+
+SOW_FLOOD = """<Topic><Name>flood</Name><MessageType>json</MessageType><Key>/id</Key>
+  <FileName>./sow/%n.sow</FileName></Topic>"""
+
+
+def test_live_messages_held_behind_a_stalled_snapshot_count_against_the_bound(
+        tmp_path, client_factory, make_collector) -> None:
+    """sow_and_subscribe holds live updates until its snapshot is sent; a client that stops reading
+    mid-snapshot must not make the broker hold them without bound."""
+    broker = BrokerProcess.from_xml(
+        tmp_path, admin=True, sow=SOW_FLOOD, transport_extra="<MessageMemoryLimit>256KB</MessageMemoryLimit>").start()
+    try:
+        pub = client_factory(broker.uri)
+        pad = "x" * 1000
+        for i in range(5000):  # a 5 MB snapshot: far more than the socket buffers take
+            pub.publish("flood", json.dumps({"id": i, "pad": pad}))
+        pub.publish_flush(20000)
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", broker.port))
+        stalled.sendall(frame({"c": "logon", "cid": "l", "client_name": "stalled", "a": "processed"}))
+        stalled.sendall(frame({"c": "sow_and_subscribe", "cid": "q", "t": "flood", "sub_id": "q", "bs": 10}))
+        time.sleep(0.5)  # its snapshot fills the buffers and waits for a reader that never comes
+        reader = client_factory(broker.uri)
+        got = make_collector()
+        reader.subscribe(got, "flood")
+        for i in range(400):  # 400 KB of live updates, held for the stalled client: past its 256 KB
+            pub.publish("flood", json.dumps({"id": i, "pad": pad, "v": 2}))
+        pub.publish_flush(10000)
+        assert len(got.wait_for(400, timeout=20)) == 400  # everyone else carries on
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and metric(broker.admin_port, "broker_slow_client_disconnects_total") < 1:
+            time.sleep(0.2)
+        assert metric(broker.admin_port, "broker_slow_client_disconnects_total") == 1
+        assert "held while a query streamed" in broker.log()
+        stalled.close()
+    finally:
+        broker.stop()
+
+
+def test_a_reading_client_gets_a_snapshot_larger_than_its_bound(tmp_path, client_factory) -> None:
+    """Query results stream with flow control below the client's bound, so a big SOW never trips it."""
+    broker = BrokerProcess.from_xml(
+        tmp_path, admin=True, sow=SOW_FLOOD, transport_extra="<MessageMemoryLimit>256KB</MessageMemoryLimit>").start()
+    try:
+        pub = client_factory(broker.uri)
+        pad = "x" * 1000
+        for i in range(3000):  # 3 MB of results against a 256 KB bound
+            pub.publish("flood", json.dumps({"id": i, "pad": pad}))
+        pub.publish_flush(20000)
+        querier = client_factory(broker.uri)
+        records = [m for m in querier.sow("flood", batch_size=10, timeout=20000) if m.get_command() == "sow"]
+        assert len(records) == 3000
+        assert metric(broker.admin_port, "broker_slow_client_disconnects_total") == 0
+    finally:
+        broker.stop()
