@@ -28,6 +28,14 @@ def metric(port: int, name: str) -> float:
     raise AssertionError(f"{name} not exported")
 
 
+def wait_for_metric(port: int, name: str, at_least: float, timeout: float = 10.0) -> float:
+    """The metric's value once it reaches ``at_least`` (or when ``timeout`` runs out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and metric(port, name) < at_least:
+        time.sleep(0.2)
+    return metric(port, name)
+
+
 def test_slow_subscriber_is_offlined_and_others_carry_on(tmp_path, client_factory, make_collector) -> None:
     broker = BrokerProcess.from_xml(
         tmp_path, admin=True, transport_extra="<MessageMemoryLimit>256KB</MessageMemoryLimit>").start()
@@ -52,10 +60,7 @@ def test_slow_subscriber_is_offlined_and_others_carry_on(tmp_path, client_factor
             got.wait_for(100 * step, timeout=20)
         received = len(got.wait_for(3000, timeout=20))
         assert received == 3000, f"the other subscriber got {received} of 3000\n--- broker log ---\n{broker.log()}"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and metric(broker.admin_port, "broker_slow_client_disconnects_total") < 1:
-            time.sleep(0.2)
-        assert metric(broker.admin_port, "broker_slow_client_disconnects_total") == 1
+        assert wait_for_metric(broker.admin_port, "broker_slow_client_disconnects_total", 1) == 1
         assert "slow client" in broker.log()
         slow.close()
     finally:
@@ -91,10 +96,7 @@ def test_live_messages_held_behind_a_stalled_snapshot_count_against_the_bound(
             pub.publish("flood", json.dumps({"id": i, "pad": pad, "v": 2}))
         pub.publish_flush(10000)
         assert len(got.wait_for(400, timeout=20)) == 400  # everyone else carries on
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and metric(broker.admin_port, "broker_slow_client_disconnects_total") < 1:
-            time.sleep(0.2)
-        assert metric(broker.admin_port, "broker_slow_client_disconnects_total") == 1
+        assert wait_for_metric(broker.admin_port, "broker_slow_client_disconnects_total", 1) == 1
         assert "held while a query streamed" in broker.log()
         stalled.close()
     finally:
