@@ -198,8 +198,10 @@ class Engine:
         candidates = self.router.candidates(topic)
         if not candidates:
             return 0
-        # client id -> [client, publish sids, oof sids, delta sids]
-        targets: dict[int, list[Any]] = {}
+        # id(client) -> [client, sub_id, sub_id...]: the usual case, one publish per client.
+        pubs: dict[int, list[Any]] = {}
+        # id(client) -> [client, oof sids, delta sids]: made only when some subscription needs one.
+        others: dict[int, list[Any]] | None = None
         # Each distinct filter is evaluated once per message (subscribers with the same filter text share
         # one compiled filter): id(filter) -> passes the new state, and the previous state.
         passed: dict[int, bool] = {}
@@ -217,18 +219,27 @@ class Engine:
                 if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
                     sub.replay_buffer.append((topic, body, bm, key, x))
                     continue
-                slot = targets.get(id(sub.client))
+                if sub.delta and previous is not None:
+                    as_delta = True
+                    if flt is not None:  # a record entering the filter is sent whole
+                        as_delta = passed_prev.get(id(flt))  # type: ignore[assignment]
+                        if as_delta is None:
+                            if prev_msg is None:
+                                prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
+                            as_delta = passed_prev[id(flt)] = _passes(flt, prev_msg)
+                    if as_delta:
+                        if others is None:
+                            others = {}
+                        slot = others.get(id(sub.client))
+                        if slot is None:
+                            slot = others[id(sub.client)] = [sub.client, [], []]
+                        slot[2].append(sub.sub_id)
+                        continue
+                slot = pubs.get(id(sub.client))
                 if slot is None:
-                    slot = targets[id(sub.client)] = [sub.client, [], [], []]
-                as_delta = sub.delta and previous is not None
-                if as_delta and flt is not None:  # a record entering the filter is sent whole
-                    was = passed_prev.get(id(flt))
-                    if was is None:
-                        if prev_msg is None:
-                            prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                        was = passed_prev[id(flt)] = _passes(flt, prev_msg)
-                    as_delta = was
-                (slot[3] if as_delta else slot[1]).append(sub.sub_id)
+                    pubs[id(sub.client)] = [sub.client, sub.sub_id]
+                else:
+                    slot.append(sub.sub_id)
             elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
                 was = passed_prev.get(id(flt))
                 if was is None:
@@ -236,27 +247,30 @@ class Engine:
                         prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
                     was = passed_prev[id(flt)] = _passes(flt, prev_msg)
                 if was:
-                    slot = targets.get(id(sub.client))
+                    if others is None:
+                        others = {}
+                    slot = others.get(id(sub.client))
                     if slot is None:
-                        slot = targets[id(sub.client)] = [sub.client, [], [], []]
-                    slot[2].append(sub.sub_id)
-        if not targets:
+                        slot = others[id(sub.client)] = [sub.client, [], []]
+                    slot[1].append(sub.sub_id)
+        for slot in pubs.values():
+            slot[0].send_publish(topic, slot[1] if len(slot) == 2 else ",".join(slot[1:]), body, bm, key, x)
+        delivered = clients = len(pubs)
+        if others is not None:
+            for client, oofs, deltas in others.values():
+                if deltas:
+                    assert sow is not None and previous is not None
+                    diff = sow.message_type.diff(previous.data, body, sow.key_fields)
+                    client.send_publish(topic, ",".join(deltas), diff, bm, key, x)
+                    delivered += 1
+                if oofs:
+                    client.send_publish(topic, ",".join(oofs), body, bm, key, x, command="oof", reason="match")
+                    self.counters.oof["match"] += len(oofs)
+            clients += sum(1 for c in others if c not in pubs)
+        if not clients:
             return 0
-        delivered = 0
-        for client, pubs, oofs, deltas in targets.values():
-            if pubs:
-                client.send_publish(topic, pubs[0] if len(pubs) == 1 else ",".join(pubs), body, bm, key, x)
-                delivered += 1
-            if deltas:
-                assert sow is not None and previous is not None
-                diff = sow.message_type.diff(previous.data, body, sow.key_fields)
-                client.send_publish(topic, ",".join(deltas), diff, bm, key, x)
-                delivered += 1
-            if oofs:
-                client.send_publish(topic, ",".join(oofs), body, bm, key, x, command="oof", reason="match")
-                self.counters.oof["match"] += len(oofs)
         if self.latency is not None:  # one clock read per message: every client was served just now
-            self.latency.observe((time.time_ns() - now_ns) / 1e9, len(targets))
+            self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
         self.counters.messages_delivered += delivered
         return delivered
 
