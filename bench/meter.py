@@ -79,6 +79,25 @@ class Usage:
     peak_rss_mb: float | None
 
 
+def machine_ticks() -> tuple[int, int] | None:
+    """``(busy, total)`` CPU ticks of the whole machine so far (``/proc/stat``), or ``None`` off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return total - idle, total
+
+
+def machine_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share (0..1) of all the machine's cores that was busy between two :func:`machine_ticks`."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 class Meter:
     """Measures one process over a span: ``start()``, run the workload, ``stop()``.
 

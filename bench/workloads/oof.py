@@ -22,6 +22,7 @@ from bench import ampsclient
 from bench.context import Context
 from bench.figures import Figure, Latency, Row
 from bench.messages import FILTER_OPEN, doc
+from bench.meter import machine_busy, machine_ticks
 from bench.workers import Children, amps_oof
 
 TOPIC = "bench-oof"
@@ -66,6 +67,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         snaps = children.collect("ready", ctx.left())
         snap_usage = meter.stop()
         meter.start()
+        ticks = machine_ticks()
         publish = client.publish  # type: ignore[attr-defined]
         t0 = time.perf_counter()
         interval = 1.0 / s.oof_rate
@@ -79,6 +81,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         pub_s = time.perf_counter() - t0
         dones = children.collect("done", ctx.left())
         usage = meter.stop()
+        busy = machine_busy(ticks, machine_ticks())  # broker, publisher and subscribers share the cores
 
     who = f"{subscribers} subscriber{'s' if subscribers > 1 else ''}"
     per_sub = []
@@ -103,8 +106,10 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
     checks_upd = {
         "records_left_filter": len(leave_set), "publishes_expected": stay, "per_subscriber": per_sub,
         "oof_exactly_once": exact,
+        "machine_busy": busy,
         "summary": (f"OOF {sum(p['oof_received'] for p in per_sub):,}/{len(leave_set) * subscribers:,} "
-                    + ("exactly once" if exact else "MISMATCH")),
+                    + ("exactly once" if exact else "MISMATCH")
+                    + (f"; cores {busy:.0%} busy" if busy is not None else "")),
     }
     snap_fig = Figure("broker", slowest * 1000, "ms", higher_is_better=False, cpu_s=snap_usage.cpu_s,
                       peak_rss_mb=snap_usage.peak_rss_mb,

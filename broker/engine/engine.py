@@ -200,8 +200,8 @@ class Engine:
             return 0
         # id(client) -> [client, sub_id, sub_id...]: the usual case, one publish per client.
         pubs: dict[int, list[Any]] = {}
-        # id(client) -> [client, oof sids, delta sids]: made only when some subscription needs one.
-        others: dict[int, list[Any]] | None = None
+        # id(client) -> [client, oof sids, delta sids]: only clients some subscription sends one to.
+        others: dict[int, list[Any]] = {}
         # Each distinct filter is evaluated once per message (subscribers with the same filter text share
         # one compiled filter): id(filter) -> passes the new state, and the previous state.
         passed: dict[int, bool] = {}
@@ -228,12 +228,7 @@ class Engine:
                                 prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
                             as_delta = passed_prev[id(flt)] = _passes(flt, prev_msg)
                     if as_delta:
-                        if others is None:
-                            others = {}
-                        slot = others.get(id(sub.client))
-                        if slot is None:
-                            slot = others[id(sub.client)] = [sub.client, [], []]
-                        slot[2].append(sub.sub_id)
+                        _other_slot(others, sub.client)[2].append(sub.sub_id)
                         continue
                 slot = pubs.get(id(sub.client))
                 if slot is None:
@@ -247,16 +242,11 @@ class Engine:
                         prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
                     was = passed_prev[id(flt)] = _passes(flt, prev_msg)
                 if was:
-                    if others is None:
-                        others = {}
-                    slot = others.get(id(sub.client))
-                    if slot is None:
-                        slot = others[id(sub.client)] = [sub.client, [], []]
-                    slot[1].append(sub.sub_id)
+                    _other_slot(others, sub.client)[1].append(sub.sub_id)
         for slot in pubs.values():
             slot[0].send_publish(topic, slot[1] if len(slot) == 2 else ",".join(slot[1:]), body, bm, key, x)
         delivered = clients = len(pubs)
-        if others is not None:
+        if others:
             for client, oofs, deltas in others.values():
                 if deltas:
                     assert sow is not None and previous is not None
@@ -413,6 +403,14 @@ class Engine:
         """The earliest pending expiration across SOW topics."""
         times = [t for s in self.sow_topics.values() if (t := s.next_expiry_ns()) is not None]
         return min(times) if times else None
+
+
+def _other_slot(others: dict[int, list[Any]], client: Any) -> list[Any]:
+    """``[client, oof sids, delta sids]`` of ``client`` in a fan-out's ``others`` (made on first use)."""
+    slot = others.get(id(client))
+    if slot is None:
+        slot = others[id(client)] = [client, [], []]
+    return slot
 
 
 def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
