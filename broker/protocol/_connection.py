@@ -14,7 +14,7 @@ from typing import Final, NoReturn
 
 from broker.errors import LocalProtocolError, RemoteProtocolError
 from broker.protocol._frames import Frame
-from broker.protocol._header import Buffer, decode_header
+from broker.protocol._header import Buffer, Header, decode_header
 
 __all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "ConnectionStatistics", "Sentinel"]
 
@@ -57,6 +57,10 @@ class ConnectionStatistics:
     max_frame_size: int
 
 
+#: Distinct headers a connection remembers (see ``Connection._headers``).
+_HEADER_CACHE_SIZE = 64
+
+
 class Connection:
     """Decodes the frames a peer sends on one connection.
 
@@ -75,7 +79,7 @@ class Connection:
         ValueError: ``max_frame_size`` is not positive.
     """
 
-    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_max", "_pos")
+    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_headers", "_max", "_pos")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size <= 0:
@@ -89,6 +93,9 @@ class Connection:
         self._error: RemoteProtocolError | None = None
         self._frames_received = 0
         self._bytes_received = 0
+        #: Decoded headers by their bytes: a publisher sends the same ``{"c":"p","t":"orders"}`` over and
+        #: over, so each distinct header without per-command fields is decoded once (bounded).
+        self._headers: dict[bytes, Header] = {}
 
     @property
     def max_frame_size(self) -> int:
@@ -138,6 +145,9 @@ class Connection:
     def next_event(self) -> Frame | Sentinel:
         """Return the next complete frame, :data:`NEED_DATA`, or :data:`CLOSED` after end of stream.
 
+        Frames whose headers are the same bytes may share one :class:`Header` object (a publisher's
+        repeated ``{"c":"p","t":..}`` is decoded once): treat headers as read-only.
+
         Returns:
             A :class:`Frame`, or a :class:`Sentinel`.
 
@@ -172,11 +182,26 @@ class Connection:
             if self._eof:
                 self._fail(f"peer closed the connection inside a frame ({avail - 4} of {size} payload bytes)")
             return NEED_DATA
-        try:
-            header, body_start = decode_header(buf, pos + 4, end)
-        except RemoteProtocolError as exc:
-            self._error = exc
-            raise
+        start = pos + 4
+        close = buf.find(b"}", start, end)
+        key = buf[start : close + 1] if close > 0 else b""
+        if type(key) is not bytes:
+            key = bytes(key)
+        cached = self._headers.get(key)
+        if cached is not None:
+            header, body_start = cached, close + 1
+        else:
+            try:
+                header, body_start = decode_header(buf, start, end)
+            except RemoteProtocolError as exc:
+                self._error = exc
+                raise
+            # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
+            # decode_header's own fast path argues), and none carrying a per-command field.
+            if body_start == close + 1 and header.get("seq") is None and header.get("cmd_id") is None:
+                if len(self._headers) >= _HEADER_CACHE_SIZE:
+                    self._headers.clear()
+                self._headers[key] = header
         body = buf[body_start:end]
         if type(body) is not bytes:
             body = bytes(body)

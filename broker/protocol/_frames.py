@@ -225,7 +225,7 @@ class DeliveryTemplate:
 
     ``template.frame(sids)`` is byte for byte what :func:`encode_publish` (``command="p"``) or
     :func:`encode_oof` (``command="oof"``) return for the same values, at the cost of one string
-    encode and one join per client instead of a whole header.
+    encode and one join per client after the first instead of a whole header.
 
     Args:
         command: ``p`` or ``oof``.
@@ -237,40 +237,79 @@ class DeliveryTemplate:
         x: Correlation id.
 
     Raises:
-        LocalProtocolError: A value has the wrong type, or the body cannot be framed.
+        LocalProtocolError: The body cannot be framed. A value of the wrong type is reported by
+            :meth:`frame`.
     """
 
-    __slots__ = ("_body", "_fixed", "_head", "_tail")
+    __slots__ = ("_body", "_first", "_fixed", "_head", "_tail", "_wire")
 
     def __init__(self, command: str, topic: str, body: Buffer, *, reason: str | None = None,
                  bm: str | None = None, k: str | None = None, x: str | None = None) -> None:
-        rest: dict[str, Any] = {}
+        wire: dict[str, Any] = {"c": command, "t": topic, "sids": ""}
         if reason is not None:
-            rest["reason"] = reason
+            wire["reason"] = reason
         if bm is not None:
-            rest["bm"] = bm
+            wire["bm"] = bm
         if k is not None:
-            rest["k"] = k
+            wire["k"] = k
         if x is not None:
-            rest["x"] = x
-        self._head = _dumps_checked({"c": command, "t": topic}, 0)[:-1] + b',"sids":'
-        self._tail = b"," + _dumps_checked(rest, 0)[1:] if rest else b"}"
+            wire["x"] = x
+        if len(body) > MAX_PAYLOAD:
+            raise LocalProtocolError(f"a body of {len(body)} bytes does not fit the 4-byte length prefix")
+        self._wire = wire
         self._body = body
-        self._fixed = len(self._head) + len(self._tail) + len(body)
-        if self._fixed > MAX_PAYLOAD:
-            raise LocalProtocolError(f"frame payload of {self._fixed} bytes does not fit the 4-byte length prefix")
+        self._first: tuple[bytes, str] | None = None
+        self._head: bytes | None = None
+        self._tail = b""
+        self._fixed = 0
 
     def frame(self, sids: str) -> bytes:
-        """The frame for the client whose subscriptions ``sids`` (comma list) the message matches."""
+        """The frame for the client whose subscriptions ``sids`` (comma list) the message matches.
+
+        The first call encodes the whole header (what a single client costs anyway); the second splits
+        it around ``sids`` into the parts every later call joins.
+
+        Raises:
+            LocalProtocolError: ``sids`` or one of the template's values is not a ``str``.
+        """
         if type(sids) is not str:
             raise LocalProtocolError(f"sids must be a str, got {type(sids).__name__}")
-        try:
-            quoted = orjson.dumps(sids)
-        except TypeError as exc:  # lone surrogates
-            raise LocalProtocolError(f"header cannot be encoded: {exc}") from None
-        if b"\\u" in quoted:  # orjson's \u00XX escapes, which the client drops: escape as encode_publish does
-            quoted = ('"' + escape_string(sids) + '"').encode()
-        return b"".join((_LEN.pack(self._fixed + len(quoted)), self._head, quoted, self._tail, self._body))
+        body = self._body
+        head = self._head
+        if head is None:
+            if self._first is None:
+                wire = self._wire
+                wire["sids"] = sids
+                header = _dumps_checked(wire, 0)
+                self._first = (header, sids)
+                return b"".join((_LEN.pack(len(header) + len(body)), header, body))
+            head = self._split(*self._first)
+        quoted = _quote(sids)
+        return b"".join((_LEN.pack(self._fixed + len(quoted)), head, quoted, self._tail, body))
+
+    def _split(self, header: bytes, sids: str) -> bytes:
+        quoted = _quote(sids)
+        cut = header.find(b',"sids":') + 8  # the first: a quote inside a value is escaped
+        if cut >= 8 and header[cut : cut + len(quoted)] == quoted:
+            self._head, self._tail = header[:cut], header[cut + len(quoted) :]
+        else:  # the whole header needed the fallback escaping: encode the halves on their own
+            wire = self._wire
+            rest = {key: value for key, value in wire.items() if key not in ("c", "t", "sids")}
+            self._head = _dumps_checked({"c": wire["c"], "t": wire["t"]}, 0)[:-1] + b',"sids":'
+            self._tail = b"," + _dumps_checked(rest, 0)[1:] if rest else b"}"
+        self._fixed = len(self._head) + len(self._tail) + len(self._body)
+        return self._head
+
+
+def _quote(text: str) -> bytes:
+    """``text`` as a header string value, escaped as the header encoders escape it."""
+    try:
+        quoted = orjson.dumps(text)
+    except TypeError as exc:  # lone surrogates
+        raise LocalProtocolError(f"header cannot be encoded: {exc}") from None
+    if b"\\u" in quoted:  # orjson's \u00XX escapes, which the client drops: escape as dumps_flat does
+        quoted = ('"' + escape_string(text) + '"').encode()
+    return quoted
 
 
 def _dumps_checked(wire: dict[str, Any], n_int: int) -> bytes:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import LocalProtocolError, RemoteProtocolError
-from broker.protocol import CLOSED, NEED_DATA, Connection, Frame, Header, encode_frame
+from broker.protocol import CLOSED, NEED_DATA, Connection, Frame, Header, decode_frame, encode_frame
 
 
 def frame(payload: bytes) -> bytes:
@@ -183,3 +183,41 @@ def test_accepts_bytearray_and_memoryview() -> None:
 def test_invalid_limit() -> None:
     with pytest.raises(ValueError, match="positive"):
         Connection(max_frame_size=0)
+
+
+def _raw(header: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">I", len(header) + len(body)) + header + body
+
+
+def test_repeated_headers_decode_the_same_as_fresh_ones() -> None:
+    frames = [
+        _raw(b'{"c":"p","t":"orders"}', b'{"id":1}'),
+        _raw(b'{"c":"p","t":"orders"}', b'{"id":2}'),
+        _raw(b'{"c":"p","t":"a}b"}', b"x}"),  # the first "}" sits inside a string: never cached by it
+        _raw(b'{"c":"p","t":"a}b"}', b"y"),
+        _raw(b'{"c":"p","t":"orders","s":7}', b"z"),  # per-command fields: decoded each time
+        _raw(b'{"c":"p","t":"orders","s":8}', b"w"),
+        _raw(b'{"c":"p","t":"orders"}', b'{"id":3}'),
+    ]
+    conn = Connection()
+    conn.receive_data(b"".join(frames))
+    got = []
+    while (event := conn.next_event()) is not NEED_DATA:
+        got.append(event)
+    assert got == [decode_frame(f) for f in frames]
+    assert [g.header.get("topic") for g in got] == ["orders", "orders", "a}b", "a}b", "orders", "orders", "orders"]
+    assert [g.header.get("seq") for g in got][4:6] == [7, 8]
+
+
+@given(st.lists(st.sampled_from([b'{"c":"p","t":"t1"}', b'{"c":"p","t":"t2","x":"c"}', b'{"c":"sow","cid":"1"}']),
+                max_size=300), st.integers(min_value=1, max_value=97))
+def test_header_cache_never_changes_what_is_decoded(headers: list[bytes], chunk: int) -> None:
+    frames = [_raw(h, b"%d" % i) for i, h in enumerate(headers)]
+    data = b"".join(frames)
+    conn = Connection()
+    got = []
+    for off in range(0, len(data), chunk):
+        conn.receive_data(data[off : off + chunk])
+        while (event := conn.next_event()) is not NEED_DATA:
+            got.append(event)
+    assert got == [decode_frame(f) for f in frames]
