@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from typing import Any
 
 import trio
@@ -24,8 +25,11 @@ _GONE = frozenset({errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.ENOTCON
 
 
 def socket_fd(stream: Any) -> int | None:
-    """The file descriptor behind ``stream`` when it is a plain trio socket stream, else ``None``."""
-    if isinstance(stream, trio.SocketStream):
+    """The file descriptor behind ``stream`` when it is a plain trio socket stream, else ``None``.
+
+    Always ``None`` on Windows, where sockets are not file descriptors ``os.read`` accepts.
+    """
+    if isinstance(stream, trio.SocketStream) and sys.platform != "win32":
         return stream.socket.fileno()
     return None
 
