@@ -306,6 +306,7 @@ class Broker:
                 "records_appended": js.appended_records,
             }
         sessions = list(self.sessions)
+        windows = self.engine.router.windows.statistics()
         return {
             "instance": {"name": self.config.name, "version": __version__, "start_time": self.start_time,
                          "config_path": self.config.source, "pid": os.getpid()},
@@ -321,6 +322,8 @@ class Broker:
             "clients": [s.statistics() for s in sessions],
             "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},
             "subscriptions": self.engine.router.count_by_kind(),
+            "pagination": {"paginated_subscriptions": windows["paginated_subscriptions"],
+                           "result_sets": windows["result_sets"], "result_set_entries": windows["result_set_entries"]},
             "sow": {name: t.statistics() for name, t in self.engine.sow_topics.items()},
             "oof": dict(c.oof),
             "latency": self.latency.snapshot(),

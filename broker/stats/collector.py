@@ -83,6 +83,12 @@ METRICS: tuple[MetricSpec, ...] = (
           "Client connections closed because they sent malformed AMPS frames."),
     _spec("broker_commands_failed_total", "counter", "Client commands answered with a failure ack."),
     _spec("broker_subscriptions", "gauge", "Current subscriptions, by kind.", "kind"),
+    _spec("broker_paginated_subscriptions", "gauge",
+          "Paginated sow_and_subscribe windows (top_n with skip_n) currently live."),
+    _spec("broker_pagination_result_sets", "gauge",
+          "Sorted result sets the paginated windows share (one per topic, filter and order)."),
+    _spec("broker_pagination_result_set_entries", "gauge",
+          "Records held in the paginated windows' shared sorted result sets."),
     _spec("broker_sow_records", "gauge", "Records currently stored in a SOW topic.", "topic"),
     _spec("broker_sow_inserts_total", "counter", "Records inserted into a SOW topic.", "topic"),
     _spec("broker_sow_updates_total", "counter", "Records updated in a SOW topic.", "topic"),
@@ -195,6 +201,10 @@ class BrokerCollector(Collector):
         yield _scalar("broker_protocol_errors_total", counters["protocol_errors"])
         yield _scalar("broker_commands_failed_total", counters["commands_failed"])
         yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
+        pagination = snap["pagination"]
+        yield _scalar("broker_paginated_subscriptions", pagination["paginated_subscriptions"])
+        yield _scalar("broker_pagination_result_sets", pagination["result_sets"])
+        yield _scalar("broker_pagination_result_set_entries", pagination["result_set_entries"])
 
         sow = snap["sow"]
         yield _labelled("broker_sow_records", _column(sow, "records"))

@@ -112,6 +112,14 @@ class SubscriptionCounts(TypedDict):
     delta: int
 
 
+class PaginationStats(TypedDict):
+    """Paginated sow_and_subscribe (``top_n`` with ``skip_n``): windows and the sorted results they share."""
+
+    paginated_subscriptions: int  # current windows
+    result_sets: int  # sorted result sets, one per distinct (topic, filter, order)
+    result_set_entries: int  # records held in those result sets
+
+
 class SowTopicStats(TypedDict):
     """One SOW topic (``/amps/instance/sow/<id>``)."""
 
@@ -166,6 +174,7 @@ class BrokerSnapshot(TypedDict):
     clients: list[ClientStats]
     topics: dict[str, TopicCounters]
     subscriptions: SubscriptionCounts
+    pagination: PaginationStats
     sow: dict[str, SowTopicStats]
     oof: OofCounts
     latency: HistogramSnapshot  # publish-to-delivery, seconds
@@ -219,6 +228,7 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
         "clients": [],
         "topics": {},
         "subscriptions": {"subscribe": 0, "sow_and_subscribe": 0, "bookmark": 0, "delta": 0},
+        "pagination": {"paginated_subscriptions": 0, "result_sets": 0, "result_set_entries": 0},
         "sow": {},
         "oof": {"match": 0, "deleted": 0, "expired": 0},
         "latency": empty_histogram_snapshot(),

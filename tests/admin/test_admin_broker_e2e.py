@@ -85,6 +85,42 @@ def test_counters_move_by_exactly_the_work_done(admin_broker) -> None:
     pub.close()
 
 
+def test_pagination_gauges_follow_windows_and_their_shared_results(admin_broker) -> None:
+    pub = client(admin_broker.uri, "page-pub")
+    for i in range(10):
+        pub.publish("orders", json.dumps({"id": i, "side": "buy" if i < 6 else "sell"}))
+    pub.publish_flush(5000)
+    subs = [client(admin_broker.uri, f"page-sub-{n}") for n in range(3)]
+    done = []
+    for n, (sub, flt) in enumerate(zip(subs, ["/side = 'buy'", "/side = 'buy'", None], strict=True)):
+        cmd = (AMPS.Command("sow_and_subscribe").set_topic("orders").set_sub_id(f"w{n}").set_top_n(2)
+               .set_options(f"skip_n={n}").set_order_by("/id"))
+        if flt:
+            cmd.set_filter(flt)
+        got = []
+        sub.execute_async(cmd, got.append)
+        done.append(got)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(any(m.get_command() == "group_end" for m in g) for g in done):
+        time.sleep(0.05)
+    values = scrape(admin_broker.admin_port)
+    assert values[("broker_paginated_subscriptions", ())] == 3
+    # The two windows on the same filter and order share one sorted result (6 buys); the third has its own (10).
+    assert values[("broker_pagination_result_sets", ())] == 2
+    assert values[("broker_pagination_result_set_entries", ())] == 6 + 10
+    subs[0].unsubscribe("w0")
+    subs[2].close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and scrape(admin_broker.admin_port)[("broker_paginated_subscriptions", ())] > 1:
+        time.sleep(0.05)
+    values = scrape(admin_broker.admin_port)
+    assert values[("broker_paginated_subscriptions", ())] == 1
+    assert values[("broker_pagination_result_sets", ())] == 1
+    assert values[("broker_pagination_result_set_entries", ())] == 6
+    for c in (pub, subs[0], subs[1]):
+        c.close()
+
+
 def test_amps_json_tree_and_404(admin_broker) -> None:
     c = client(admin_broker.uri, "tree-client")
     c.publish("orders", '{"id":1}')
