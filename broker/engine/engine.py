@@ -205,8 +205,7 @@ class Engine:
         # Each distinct filter is evaluated once per message (subscribers with the same filter text share
         # one compiled filter): id(filter) -> passes the new state, and the previous state.
         passed: dict[int, bool] = {}
-        passed_prev: dict[int, bool] = {}
-        prev_msg = None
+        before: dict[int | None, Any] = {}  # the same for the previous state (see _passed_before)
         for sub in candidates:
             flt = sub.filter
             if flt is None:
@@ -222,11 +221,7 @@ class Engine:
                 if sub.delta and previous is not None:
                     as_delta = True
                     if flt is not None:  # a record entering the filter is sent whole
-                        as_delta = passed_prev.get(id(flt))  # type: ignore[assignment]
-                        if as_delta is None:
-                            if prev_msg is None:
-                                prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                            as_delta = passed_prev[id(flt)] = _passes(flt, prev_msg)
+                        as_delta = _passed_before(flt, before, previous, sow)
                     if as_delta:
                         _other_slot(others, sub.client)[2].append(sub.sub_id)
                         continue
@@ -235,14 +230,9 @@ class Engine:
                     pubs[id(sub.client)] = [sub.client, sub.sub_id]
                 else:
                     slot.append(sub.sub_id)
-            elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
-                was = passed_prev.get(id(flt))
-                if was is None:
-                    if prev_msg is None:
-                        prev_msg = sow.message_type.parse(previous.data) if sow is not None else None
-                    was = passed_prev[id(flt)] = _passes(flt, prev_msg)
-                if was:
-                    _other_slot(others, sub.client)[1].append(sub.sub_id)
+            elif (sub.oof and previous is not None and flt is not None and sub.saw(previous)
+                  and _passed_before(flt, before, previous, sow)):
+                _other_slot(others, sub.client)[1].append(sub.sub_id)
         for slot in pubs.values():
             slot[0].send_publish(topic, slot[1] if len(slot) == 2 else ",".join(slot[1:]), body, bm, key, x)
         delivered = clients = len(pubs)
@@ -403,6 +393,21 @@ class Engine:
         """The earliest pending expiration across SOW topics."""
         times = [t for s in self.sow_topics.values() if (t := s.next_expiry_ns()) is not None]
         return min(times) if times else None
+
+
+def _passed_before(flt: Callable[[Any], bool], memo: dict[int | None, Any], previous: SowRecord,
+                   sow: SowTopic | None) -> bool:
+    """Whether the record's previous state passed ``flt``, memoised per message in ``memo``.
+
+    ``memo`` maps ``id(filter)`` to its answer and ``None`` to the previous state's parsed message,
+    parsed only when a subscription first needs it.
+    """
+    was = memo.get(id(flt))
+    if was is None:
+        if None not in memo:
+            memo[None] = sow.message_type.parse(previous.data) if sow is not None else None
+        was = memo[id(flt)] = _passes(flt, memo[None])
+    return was
 
 
 def _other_slot(others: dict[int, list[Any]], client: Any) -> list[Any]:

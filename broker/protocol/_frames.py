@@ -2,8 +2,8 @@
 
 A frame is a 4-byte big-endian payload length followed by the payload: the header, then the body with
 no separator (amps-protocol.md §1.2). The encoders here write exactly the keys of §2/§9 and nothing
-else; :func:`encode_publish` and :func:`encode_ack` are the hot fan-out and reply paths and skip the
-generic key mapping.
+else; :class:`DeliveryTemplate` (fan-out) and :func:`encode_ack` (replies) are the hot paths and skip
+the generic key mapping.
 """
 
 from __future__ import annotations
@@ -85,11 +85,6 @@ def encode_frame(header: Mapping[str, Any] | Header, body: Buffer = b"") -> byte
     return _frame(encode_header(header), body)
 
 
-def _check_str(name: str, value: object) -> None:
-    if type(value) is not str:
-        raise LocalProtocolError(f"{name} must be a str, got {type(value).__name__}")
-
-
 def encode_publish(
     topic: str,
     sids: str,
@@ -126,27 +121,7 @@ def encode_publish(
     Raises:
         LocalProtocolError: A value has the wrong type.
     """
-    # Inlined (no helper call, no per-value type loop): this runs once per delivered message.
-    wire: dict[str, Any] = {"c": "p", "t": topic}
-    if sub_id is not None:
-        wire["sub_id"] = sub_id
-    wire["sids"] = sids
-    if bm is not None:
-        wire["bm"] = bm
-    if k is not None:
-        wire["k"] = k
-    if x is not None:
-        wire["x"] = x
-    if ts is not None:
-        wire["ts"] = ts
-    if s is not None:
-        wire["s"] = s
-    if gseq is not None:
-        wire["gseq"] = gseq
-    if lp is not None:
-        wire["lp"] = lp
-    header = _dumps_checked(wire, (s is not None) + (gseq is not None))
-    return b"".join((_LEN.pack(len(header) + len(body)), header, body))
+    return _deliver("p", topic, sids, body, None, bm, k, x, ts, s, sub_id, gseq, lp)
 
 
 def encode_oof(
@@ -201,6 +176,14 @@ def _deliver(
     gseq: int | None,
     lp: str | None,
 ) -> bytes:
+    wire = _wire(command, topic, sids, reason, bm, k, x, ts, s, sub_id, gseq, lp)
+    return _frame(_dumps_checked(wire, (s is not None) + (gseq is not None)), body)
+
+
+def _wire(command: str, topic: str, sids: str, reason: str | None = None, bm: str | None = None,
+          k: str | None = None, x: str | None = None, ts: str | None = None, s: int | None = None,
+          sub_id: str | None = None, gseq: int | None = None, lp: str | None = None) -> dict[str, Any]:
+    """A delivery's header fields in wire order, leaving out those that are ``None``."""
     wire: dict[str, Any] = {"c": command, "t": topic}
     for key, value in (
         ("sub_id", sub_id),
@@ -216,7 +199,7 @@ def _deliver(
     ):
         if value is not None:
             wire[key] = value
-    return _frame(_dumps_checked(wire, (s is not None) + (gseq is not None)), body)
+    return wire
 
 
 class DeliveryTemplate:
@@ -245,15 +228,7 @@ class DeliveryTemplate:
 
     def __init__(self, command: str, topic: str, body: Buffer, *, reason: str | None = None,
                  bm: str | None = None, k: str | None = None, x: str | None = None) -> None:
-        wire: dict[str, Any] = {"c": command, "t": topic, "sids": ""}
-        if reason is not None:
-            wire["reason"] = reason
-        if bm is not None:
-            wire["bm"] = bm
-        if k is not None:
-            wire["k"] = k
-        if x is not None:
-            wire["x"] = x
+        wire = _wire(command, topic, "", reason, bm, k, x)
         if len(body) > MAX_PAYLOAD:
             raise LocalProtocolError(f"a body of {len(body)} bytes does not fit the 4-byte length prefix")
         self._wire = wire
