@@ -5,26 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from broker.memo import Memo
+
 ACK_TYPES = ("received", "parsed", "processed", "persisted", "completed", "stats")
 
 
 _NONE: frozenset[str] = frozenset()
+
+
+def _ack_types(text: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in str(text).split(",") if part.strip())
+
+
 #: ``a`` text -> its ack types. Clients send a handful of distinct lists, once per command: parse each once.
-_parsed: dict[str, frozenset[str]] = {}
+_parsed: Memo[str, frozenset[str]] = Memo(_ack_types, 1024)
 
 
 def requested_acks(header: Mapping[str, Any]) -> frozenset[str]:
     """The ack types listed in the command's ``a`` field."""
     text = header.get("ack_type")
-    if not text:
-        return _NONE
-    found = _parsed.get(text)
-    if found is None:
-        found = frozenset(part.strip() for part in str(text).split(",") if part.strip())
-        if len(_parsed) > 1024:  # bound it against a client sending arbitrary text
-            _parsed.clear()
-        _parsed[text] = found
-    return found
+    return _parsed[text] if text else _NONE
 
 
 def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None = None,

@@ -17,6 +17,7 @@ from broker.engine.queries import QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError
+from broker.memo import Memo
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
 
@@ -93,7 +94,8 @@ class Engine:
         self._compile_filter = compile_filter
         self._compile_order_by = compile_order_by
         self._functions = dict(filter_functions or {})
-        self._filter_cache: dict[str, Any] = {}
+        #: Filter text -> compiled filter (bounded: filters come from clients).
+        self._filter_cache: Memo[str, Any] = Memo(lambda text: self._compile_filter(text, self._functions), 10_000)
         self.journal = journal
         self.is_logged = is_logged
         self.counters = EngineCounters()
@@ -114,13 +116,7 @@ class Engine:
         """A compiled filter (cached by text), or ``None`` for no filter."""
         if not text:
             return None
-        found = self._filter_cache.get(text)
-        if found is None:
-            found = self._compile_filter(text, self._functions)
-            if len(self._filter_cache) > 10_000:
-                self._filter_cache.clear()
-            self._filter_cache[text] = found
-        return found
+        return self._filter_cache[text]
 
     def _count_topic(self, topic: str, received: int, delivered: int) -> None:
         name = topic if topic in self._stats_topics else "_other"

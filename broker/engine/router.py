@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.engine.pagination import Pagination, Window
 from broker.engine.topics import TopicPattern
+from broker.memo import Memo
 
 if TYPE_CHECKING:
     from broker.sow.record import SowRecord
@@ -82,7 +83,8 @@ class Router:
         self.windows = Pagination()
         self._literal: dict[str, list[Subscription]] = {}
         self._regex: list[Subscription] = []
-        self._cache: dict[str, tuple[Subscription, ...]] = {}
+        #: Topic -> candidate subscriptions; cleared on every change, bounded for unbounded topic spaces.
+        self._cache: Memo[str, tuple[Subscription, ...]] = Memo(self._match, 100_000)
         self._by_client: dict[int, dict[str, Subscription]] = {}
 
     def add(self, sub: Subscription) -> Subscription | None:
@@ -148,15 +150,10 @@ class Router:
 
     def candidates(self, topic: str) -> tuple[Subscription, ...]:
         """Subscriptions whose topic pattern covers ``topic`` (filters not yet applied)."""
-        found = self._cache.get(topic)
-        if found is None:
-            found = tuple(self._literal.get(topic, ())) + tuple(
-                s for s in self._regex if s.topic.matches(topic)
-            )
-            if len(self._cache) > 100_000:  # bound memory for unbounded topic spaces
-                self._cache.clear()
-            self._cache[topic] = found
-        return found
+        return self._cache[topic]
+
+    def _match(self, topic: str) -> tuple[Subscription, ...]:
+        return tuple(self._literal.get(topic, ())) + tuple(s for s in self._regex if s.topic.matches(topic))
 
     def subscriptions(self) -> Iterable[Subscription]:
         """Every live subscription."""

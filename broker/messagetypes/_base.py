@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from broker.errors import CommandError
+from broker.memo import Memo
 
 #: The AMPS ``reason`` sent when a message body cannot be parsed by its topic's message type.
 PARSE_ERROR_REASON = "parse error"
@@ -62,8 +63,8 @@ _MISSING: Any = object()
 _INDEXED = re.compile(r"^(.*?)\[(\d+)\]$")
 
 
-_PATHS: dict[str, tuple[PathStep, ...]] = {}
-_PATHS_MAX = 8192
+#: Parsed paths; bounded: paths come from filters clients send.
+_PATHS: Memo[str, tuple[PathStep, ...]] = Memo(lambda path: _parse_path(path), 8192)
 
 
 def parse_path(path: str) -> tuple[PathStep, ...]:
@@ -79,13 +80,7 @@ def parse_path(path: str) -> tuple[PathStep, ...]:
         ValueError: the path is not of the form ``/a/b``, has an empty step, an attribute step that is not
             last, or an index on an attribute.
     """
-    steps = _PATHS.get(path)
-    if steps is None:
-        steps = _parse_path(path)
-        if len(_PATHS) >= _PATHS_MAX:
-            _PATHS.clear()  # paths come from filters clients send; never let them grow without bound
-        _PATHS[path] = steps
-    return steps
+    return _PATHS[path]
 
 
 def _parse_path(path: str) -> tuple[PathStep, ...]:

@@ -25,6 +25,7 @@ from broker.engine.engine import Engine
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, ConfigError, PluginError
 from broker.expr import compile_filter, compile_order_by
+from broker.memo import Memo
 from broker.messagetypes import get_message_type
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.sow.keys import KeySpec
@@ -71,7 +72,8 @@ class Broker:
         #: Set (and replaced) after every sync.
         self._synced: trio.Event | None = None
         self._logged_patterns: list[re.Pattern[str]] = []
-        self._logged_cache: dict[str, bool] = {}
+        #: Topic -> whether it is logged (topics are unbounded; a bounded memo).
+        self._logged: Memo[str, bool] = Memo(self._matches_logged, 100_000)
         functions = {r.name: r.factory for r in self.plugins.filter_functions}
         missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
                    and not Path(t.file_name).exists()}
@@ -184,13 +186,10 @@ class Broker:
 
     def is_logged(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
-        found = self._logged_cache.get(topic)
-        if found is None:
-            found = self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
-            if len(self._logged_cache) > 100_000:  # bound memory for unbounded topic spaces
-                self._logged_cache.clear()
-            self._logged_cache[topic] = found
-        return found
+        return self._logged[topic]
+
+    def _matches_logged(self, topic: str) -> bool:
+        return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
 
     def last_persisted(self, client_name: str) -> int:
         """The highest publish-store sequence persisted for a publisher (for the logon ack)."""

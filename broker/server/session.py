@@ -18,6 +18,7 @@ import trio
 from broker.engine.acks import ack_header, requested_acks
 from broker.engine.sow_subscribe import start_sow
 from broker.errors import BrokerError, CommandError, ProtocolError
+from broker.memo import Memo
 from broker.protocol import (
     CLOSED,
     NEED_DATA,
@@ -46,7 +47,8 @@ _template_key: tuple[Any, ...] = ()
 _template: DeliveryTemplate | None = None
 
 
-_second_text: dict[int, str] = {}
+#: Epoch second -> ``YYYYmmddTHHMMSS`` (UTC).
+_second_text: Memo[int, str] = Memo(lambda secs: time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)), 4096)
 
 
 def amps_timestamp(ns: int) -> str:
@@ -56,12 +58,7 @@ def amps_timestamp(ns: int) -> str:
     second (a bounded cache of them), so most calls are one dict lookup and one small format.
     """
     secs, rem = divmod(ns, 1_000_000_000)
-    text = _second_text.get(secs)
-    if text is None:
-        if len(_second_text) > 4096:
-            _second_text.clear()
-        text = _second_text[secs] = time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs))
-    return f"{text}.{rem // 1000:06d}Z"
+    return f"{_second_text[secs]}.{rem // 1000:06d}Z"
 
 
 class Session:
