@@ -40,21 +40,14 @@ def _load(path: str):  # noqa: ANN202 - returns Config
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate a config and print a summary (or every problem)."""
+    from broker.plugin_config import resolve_plugins
     from broker.plugins import build_plugin_manager
 
     config = _load(args.config)
     base = Path(args.config).resolve().parent
-    plugins = build_plugin_manager([(m.name, m.library) for m in config.modules], base_dir=base)
-    problems: list[str] = []
-    for topic in config.sow_topics:
-        if topic.key_generator is not None and topic.key_generator.module not in plugins.key_generators:
-            try:
-                plugins.key_generators.get(topic.key_generator.module, where=f"SOW Topic {topic.name!r} ({topic.where})")
-            except BrokerError as exc:
-                problems.append(str(exc))
-    if problems:
-        raise ConfigError("\n".join(problems))
-    for w in config.warnings:
+    plugins = build_plugin_manager([(m.name, m.library, m.options) for m in config.modules], base_dir=base)
+    resolved = resolve_plugins(config, plugins)  # raises ConfigError naming file:line of every problem
+    for w in (*config.warnings, *resolved.warnings):
         print(str(w), file=sys.stderr)
     if args.dump:
         print(config.expanded_xml)
@@ -66,7 +59,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config.admin:
         print(f"  admin: http://{config.admin.host}:{config.admin.port}/")
     for s in config.sow_topics:
-        storage = "memory" if s.durability == "transient" or not s.file_name else f"leveldb {s.file_name}"
+        storage = s.storage_engine + (f" {s.file_name}" if s.file_name else "")
         keys = ",".join(s.keys) or "(user-supplied SowKey)"
         print(f"  sow topic {s.name}: {s.message_type}, key {keys}, {storage}")
     if config.transaction_log:
@@ -74,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"  transaction log: {tl.journal_directory} ({', '.join(t.name for t in tl.topics)})")
     for a in config.actions:
         print(f"  action: on {', '.join(o.module for o in a.on)} do {', '.join(d.module for d in a.do)}")
-    print(f"  {len(config.warnings)} warning(s)")
+    print(f"  {len(config.warnings) + len(resolved.warnings)} warning(s)")
     return 0
 
 

@@ -13,6 +13,10 @@ A plugin is a module (or object) with functions decorated by :data:`broker.hooki
     def broker_register_key_generators(registry):
         registry.add("crc", CrcKeyGenerator, description="CRC32 over the key fields")
 
+Options: ``registry.add(..., options=OptionSet(Option(...), ...))`` (:mod:`broker.options`) declares what a
+factory accepts; the broker checks every use in the config at ``broker check`` time. A factory receives the
+options as text: the module's ``<Modules><Module><Options>`` overlaid by the ``<Options>`` where it is used.
+
 Plugins are found through the ``broker`` entry-point group (installed distributions, the built-ins
 included) and through ``<Modules><Module><Library>`` in the config (a dotted module path or a ``.py``
 file). Discovery is not activation: the config chooses which registered names run.
@@ -44,9 +48,10 @@ def broker_register_key_generators(registry: Registry) -> None:
 def broker_register_storage_engines(registry: Registry) -> None:
     """Add SOW storage engines.
 
-    ``registry.add(name, factory)``: ``factory(spec: broker.sow.storage.StorageSpec)`` returns a
-    :class:`broker.sow.storage.Storage`. The broker picks ``leveldb`` when a topic has a ``FileName``
-    and ``memory`` when its ``Durability`` is ``transient``.
+    ``registry.add(name, factory, options=OptionSet(...))``: ``factory(spec: broker.sow.storage.StorageSpec)``
+    returns a :class:`broker.sow.storage.Storage`. A topic chooses one with
+    ``<Storage><Module>name</Module><Options>…</Options></Storage>``; without it the broker picks ``leveldb``
+    when the topic has a ``FileName`` and ``memory`` when its ``Durability`` is ``transient``.
     """
 
 
@@ -54,7 +59,9 @@ def broker_register_storage_engines(registry: Registry) -> None:
 def broker_register_actions(registry: Registry) -> None:
     """Add action modules (``amps-action-on-*`` triggers and ``amps-action-do-*`` steps).
 
-    ``registry.add(name, factory)``: ``factory(options: Mapping[str, str])`` returns an action object.
+    ``registry.add(name, factory, options=OptionSet(...))``: ``factory(options: Mapping[str, str])`` returns a
+    :class:`broker.actions.Trigger`, :class:`broker.actions.Gate` or :class:`broker.actions.Step` (the
+    interface is :mod:`broker.actions.interface`).
     """
 
 

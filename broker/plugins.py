@@ -10,7 +10,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +20,7 @@ import pluggy
 
 from broker import hookspecs
 from broker.errors import PluginError
+from broker.options import OptionSet
 
 ENTRY_POINT_GROUP = "broker"
 
@@ -41,6 +42,8 @@ class Registration:
     plugin: str
     source: str
     description: str = ""
+    #: The options the factory accepts; ``None``: not declared (anything is passed through unchecked).
+    options: OptionSet | None = None
 
 
 class Registry:
@@ -59,8 +62,15 @@ class Registry:
     def _norm(self, name: str) -> str:
         return name.upper() if self._case_insensitive else name
 
-    def add(self, name: str, factory: Any, *, description: str = "") -> None:
+    def add(self, name: str, factory: Any, *, description: str = "", options: OptionSet | None = None) -> None:
         """Register ``factory`` under ``name``.
+
+        Args:
+            name: What the config names (``<Module>name</Module>``).
+            factory: Builds the object (see the hook that hands out this registry).
+            description: One line for ``broker plugins``.
+            options: The ``<Options>`` the factory accepts. Declared options are checked wherever the config
+                uses ``name`` (``broker check`` reports unknown, missing and unparsable options with file:line).
 
         Raises:
             PluginError: another plugin already registered ``name``.
@@ -72,7 +82,7 @@ class Registry:
                 f"{self.kind} {name!r} is registered twice: by plugin {other.plugin!r} ({other.source}) "
                 f"and by plugin {self._plugin!r} ({self._source}). Uninstall or rename one of them."
             )
-        self._entries[key] = Registration(name, factory, self._plugin, self._source, description)
+        self._entries[key] = Registration(name, factory, self._plugin, self._source, description, options)
 
     def get(self, name: str, *, where: str = "") -> Any:
         """The factory registered as ``name``.
@@ -89,6 +99,15 @@ class Registry:
                 f"Unknown {self.kind} {name!r}{at}. Installed: {installed}. "
                 "Is the plugin installed, or loaded in <Modules>?"
             ) from None
+
+    def registration(self, name: str, *, where: str = "") -> Registration:
+        """The whole :class:`Registration` of ``name`` (factory, plugin, options).
+
+        Raises:
+            PluginError: nothing is registered under that name.
+        """
+        self.get(name, where=where)
+        return self._entries[self._norm(name)]
 
     def __contains__(self, name: str) -> bool:
         return self._norm(name) in self._entries
@@ -142,6 +161,7 @@ class PluginManager:
         self._pm = pluggy.PluginManager("broker")
         self._pm.add_hookspecs(hookspecs)
         self._sources: dict[str, str] = {}
+        self._module_options: dict[str, Mapping[str, str]] = {}
         self.key_generators = Registry("key generator")
         self.storage_engines = Registry("storage engine")
         self.actions = Registry("action")
@@ -171,10 +191,44 @@ class PluginManager:
                 ) from exc
             self.register(plugin, name=ep.name, source=f"entry point of {_dist_name(ep)}")
 
-    def load_module(self, name: str, library: str, *, base_dir: Path | None = None) -> None:
-        """Register the module a config's ``<Modules><Module>`` names (dotted path or ``.py`` file)."""
+    def load_module(self, name: str, library: str, *, base_dir: Path | None = None,
+                    options: Mapping[str, str] | None = None) -> None:
+        """Register the module a config's ``<Modules><Module>`` names (dotted path or ``.py`` file).
+
+        Args:
+            name: ``<Name>``: the plugin's name.
+            library: ``<Library>``.
+            base_dir: Where a relative ``.py`` path resolves from.
+            options: ``<Options>``: defaults for every name the module registers, under the options given
+                where a name is used (see :meth:`options_for`).
+        """
         module = _load_module(library, base_dir=base_dir)
         self.register(module, name=name, source=f"<Modules> {library}")
+        if options:
+            self._module_options[name] = dict(options)
+
+    def module_options(self, plugin: str) -> Mapping[str, str]:
+        """The ``<Modules><Module><Options>`` of plugin ``plugin`` (empty when none were given)."""
+        return self._module_options.get(plugin, {})
+
+    def options_for(self, registration: Registration, options: Mapping[str, str]) -> dict[str, str]:
+        """The options a factory receives: its module's ``<Options>`` overlaid by ``options`` (given per use)."""
+        return {**self.module_options(registration.plugin), **options}
+
+    def find(self, registry: Registry, name: str, *, where: str = "") -> Registration:
+        """The registration ``name`` refers to in ``registry``.
+
+        ``name`` is a registered name, or the ``<Modules>`` ``<Name>`` of a plugin that registered exactly one
+        entry in ``registry`` (AMPS configs name the module: ``<KeyGenerator><Module>my-keys</Module>``).
+
+        Raises:
+            PluginError: no such name; the message lists what is installed.
+        """
+        if name not in registry and self._pm.has_plugin(name):
+            own = [r for r in registry if r.plugin == name]
+            if len(own) == 1:
+                return own[0]
+        return registry.registration(name, where=where)
 
     def register(self, plugin: object, *, name: str, source: str = "registered directly") -> None:
         """Register a plugin object and check its hook names.
@@ -250,12 +304,20 @@ def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
 
 
-def build_plugin_manager(modules: Iterable[tuple[str, str]] = (), *, base_dir: Path | None = None,
-                         entry_points: bool = True) -> PluginManager:
-    """A collected plugin manager: entry points plus the config's ``<Modules>`` (name, library) pairs."""
+def build_plugin_manager(modules: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, str]]] = (), *,
+                         base_dir: Path | None = None, entry_points: bool = True) -> PluginManager:
+    """A collected plugin manager: entry points plus the config's ``<Modules>``.
+
+    Args:
+        modules: ``(name, library)`` or ``(name, library, options)`` per ``<Modules><Module>``.
+        base_dir: Where relative ``.py`` libraries resolve from (the config's directory).
+        entry_points: Also load the ``broker`` entry-point group (the built-ins).
+    """
     pm = PluginManager(entry_points=entry_points)
-    for name, library in modules:
-        pm.load_module(name, library, base_dir=base_dir)
+    for entry in modules:
+        name, library = entry[0], entry[1]
+        options = entry[2] if len(entry) > 2 else None  # type: ignore[misc]
+        pm.load_module(name, library, base_dir=base_dir, options=options)
     return pm.collect()
 
 

@@ -98,6 +98,9 @@ class SowTopicConfig:
     keys: tuple[str, ...] = ()
     key_domain: str | None = None
     key_generator: PluginRef | None = None
+    #: ``<Storage>`` (a broker extension): the storage engine and its options; ``None``: the default rule
+    #: (``leveldb`` at ``FileName``, ``memory`` when transient), see :attr:`storage_engine`.
+    storage: PluginRef | None = None
     #: ``FileName`` with ``%n`` replaced by the topic name; ``None`` when unset.
     file_name: str | None = None
     durability: str = "persistent"  # or "transient"
@@ -106,6 +109,14 @@ class SowTopicConfig:
     expiration: float | None = None
     history: HistoryConfig | None = None
     where: Where = field(default_factory=Where)
+
+    @property
+    def storage_engine(self) -> str:
+        """The storage engine's registered name: ``<Storage><Module>``, else ``memory`` for a transient topic
+        (or one without ``FileName``) and ``leveldb`` otherwise."""
+        if self.storage is not None:
+            return self.storage.module
+        return "memory" if self.durability == "transient" or not self.file_name else "leveldb"
 
     @property
     def expiration_enabled(self) -> bool:

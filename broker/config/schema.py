@@ -181,6 +181,8 @@ def _sow_topic(name: str) -> ElementSpec:
         leaf("KeyDomain", "text", "Seed of the key checksum; topics sharing it (and their Keys) produce "
              "equal SowKeys. Needs Key.", "the topic Name"),
         _plugin_ref("KeyGenerator", "A key generator plugin instead of the default checksum over Key."),
+        _plugin_ref("Storage", "Broker extension: the storage engine plugin that holds the topic, with its "
+                    "Options.", ),
         leaf("FileName", "path", "Where the topic is stored (LevelDB); %n becomes the topic name. Relative "
              "paths are relative to the working directory, as in AMPS. Required unless Durability is "
              "transient."),

@@ -85,17 +85,24 @@ def _topic(reader: Reader, el: etree._Element, message_type: MessageTypeCheck,
         key_generator = resolve(ref) if ref is not None else None
         ok = ok and key_generator is not None
 
+    storage = None
+    storage_el = child(el, "Storage")
+    if storage_el is not None:
+        ref = reader.plugin_ref(storage_el)
+        storage = resolve(ref) if ref is not None else None
+        ok = ok and storage is not None
+
     durability = _durability(reader, el)
     file_name = reader.text(el, "FileName")
     file_el = child(el, "FileName")
-    if durability == "transient" and file_name is not None:
+    if durability == "transient" and file_name is not None and storage_el is None:
         log.warn(file_el, "a transient topic is kept in memory; its <FileName> is not used")
         file_name = None
-    elif durability == "persistent" and file_el is None:
+    elif durability == "persistent" and file_el is None and storage_el is None:
         label = f"SOW topic {name!r}" if name else "the SOW topic"
         log.error(el, f"{label} has neither <FileName> nor <Durability>transient"
                       "</Durability>: add <FileName>./sow/%n.sow</FileName> to store it on disk, or make "
-                      "it transient")
+                      "it transient (or choose a storage engine with <Storage>)")
         ok = False
     if file_name is not None and name is not None:
         file_name = file_name.replace("%n", name)
@@ -111,7 +118,7 @@ def _topic(reader: Reader, el: etree._Element, message_type: MessageTypeCheck,
     assert name is not None and mtype is not None and not isinstance(expiration, str)
     assert not isinstance(history, str)
     return SowTopicConfig(name=name, message_type=mtype, keys=tuple(keys), key_domain=key_domain,
-                          key_generator=key_generator, file_name=file_name, durability=durability,
+                          key_generator=key_generator, storage=storage, file_name=file_name, durability=durability,
                           expiration=expiration, history=history, where=reader.where(el))
 
 

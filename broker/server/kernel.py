@@ -27,6 +27,7 @@ from broker.errors import BrokerError, CommandError, ConfigError, PluginError
 from broker.expr import compile_filter, compile_order_by
 from broker.memo import Memo
 from broker.messagetypes import get_message_type
+from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.sow.keys import KeySpec
 from broker.sow.record import SowRecord
@@ -55,8 +56,12 @@ class Broker:
         self.start_time = time.time()
         base = Path(config.source).parent if config.source else Path.cwd()
         self.plugins = plugins or build_plugin_manager(
-            [(m.name, m.library) for m in config.modules], base_dir=base
+            [(m.name, m.library, m.options) for m in config.modules], base_dir=base
         )
+        #: The config's plugin choices (key generators, storage engines, actions) with their options.
+        self.resolved = resolve_plugins(config, self.plugins)
+        for warning in self.resolved.warnings:
+            log.warning("%s", warning)
         self.message_type = get_message_type
         self.sessions: set[Any] = set()
         self.counters: dict[str, int] = {
@@ -107,30 +112,30 @@ class Broker:
             mt = get_message_type(cfg.message_type)
         except CommandError as exc:
             raise ConfigError(f"{where}: {exc.detail}") from None
+        chosen = self.resolved.topics[cfg.name]
         keygen = None
-        if cfg.keys or cfg.key_generator is not None:
-            ref = cfg.key_generator
-            name = ref.module if ref is not None else "default"
-            try:
-                factory = self.plugins.key_generators.get(name, where=where)
-            except PluginError as exc:
-                raise ConfigError(str(exc)) from None
+        if chosen.key_generator is not None:
+            name = chosen.key_generator.name
             spec = KeySpec(
                 topic=cfg.name, key_domain=cfg.key_domain or cfg.name, key_fields=tuple(cfg.keys),
-                options=dict(ref.options) if ref is not None else {}, message_type=cfg.message_type,
+                options=dict(chosen.key_generator.options), message_type=cfg.message_type,
             )
             try:
-                keygen = factory(spec)
+                keygen = chosen.key_generator.factory(spec)
             except BrokerError as exc:
                 raise ConfigError(f"{where}: key generator {name!r} refused its options: {exc}") from None
-        engine_name = "memory" if cfg.durability == "transient" or not cfg.file_name else "leveldb"
-        factory = self.plugins.storage_engines.get(engine_name, where=where)
-        storage = factory(StorageSpec(topic=cfg.name, path=cfg.file_name if engine_name != "memory" else None))
+        engine_name = chosen.storage.name
+        try:
+            storage = chosen.storage.factory(StorageSpec(
+                topic=cfg.name, path=cfg.file_name if engine_name != "memory" else None,
+                options=dict(chosen.storage.options)))
+        except (ConfigError, PluginError) as exc:
+            raise ConfigError(f"{where}: storage engine {engine_name!r} refused its options: {exc}") from None
         topic = SowTopic(
             name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
-            key_lookups=bool(cfg.keys) and (cfg.key_generator is None or cfg.key_generator.module == "default"),
+            key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",
         )
         if cfg.expiration is not None:
             topic.rebuild_expiry_index()
