@@ -1,0 +1,1 @@
+"""Built-in action modules: basic (work in progress: registers nothing yet)."""

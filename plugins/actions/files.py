@@ -1,0 +1,1 @@
+"""Built-in action modules: files (work in progress: registers nothing yet)."""

@@ -1,0 +1,1 @@
+"""Built-in action modules: gates (work in progress: registers nothing yet)."""

@@ -1,0 +1,1 @@
+"""Built-in action modules: journal (work in progress: registers nothing yet)."""

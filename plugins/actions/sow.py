@@ -1,0 +1,1 @@
+"""Built-in action modules: sow (work in progress: registers nothing yet)."""

@@ -1,0 +1,1 @@
+"""Built-in action modules: triggers (work in progress: registers nothing yet)."""
