@@ -50,16 +50,46 @@ import orjson
 
 from broker import hookimpl
 from broker.errors import ConfigError, KeyGenerationError, StorageError
+from broker.options import Option, OptionSet, boolean, text
 from broker.sow.keys import KeyGenerator, KeySpec
 from broker_plugins.keygen.default import canonical_text, checksum_key
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
 
-__all__ = ["ChainingKeyGenerator"]
+__all__ = ["OPTIONS", "ChainingKeyGenerator"]
 
-_OPTIONS = ("Key", "Primary", "Secondary", "FileName", "Validation")
 _SPLIT = re.compile(r"[\s,]+")
+
+
+def _validation(value: str) -> bool:
+    """``Validation``: a boolean; empty means ``false``."""
+    return boolean(value) if value.strip() else False
+
+
+class _AnyCaseOptionSet(OptionSet):
+    """Options whose names match in any case (``<key>`` is ``Key``), as the chaining generator accepts them."""
+
+    def canonical(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` with every declared name spelled as declared; other names unchanged."""
+        names = {name.lower(): name for name in self.names()}
+        return {names.get(name.lower(), name): value for name, value in options.items()}
+
+    def problems(self, options: Mapping[str, str], *, templates: bool = False) -> list[str]:
+        """See :meth:`OptionSet.problems`; names compare case-insensitively."""
+        return super().problems(self.canonical(options), templates=templates)
+
+
+#: The options of ``<KeyGenerator><Module>chaining</Module><Options>`` (names in any case).
+OPTIONS = _AnyCaseOptionSet(
+    Option("Key", text, repeatable=True,
+           doc="first: the primary field; later: secondary fields (without Key or Primary: the topic's <Key>s)"),
+    Option("Primary", text, doc="the primary field; every Key is then a secondary field"),
+    Option("Secondary", text, repeatable=True, doc="fields linking a message to an earlier message's primary"),
+    Option("FileName", text, doc="file keeping the chains across restarts (created if missing)"),
+    Option("Validation", _validation, default=False,
+           doc="true: reject a message that would join two distinct chains"),
+)
 
 
 def _option_values(value: Any) -> list[str]:
@@ -69,17 +99,6 @@ def _option_values(value: Any) -> list[str]:
     for item in items:
         out.extend(p for p in _SPLIT.split(str(item)) if p)
     return out
-
-
-def _parse_bool(text: str, topic: str) -> bool:
-    lowered = str(text).strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off", ""):
-        return False
-    raise ConfigError(
-        f"Topic {topic!r}: chaining key generator option Validation is {text!r}; use true or false."
-    )
 
 
 class ChainingKeyGenerator(KeyGenerator):
@@ -98,7 +117,11 @@ class ChainingKeyGenerator(KeyGenerator):
         self._topic = spec.topic
         options = self._normalise(spec.options)
         self.primary, self.secondaries = self._fields(spec, options)
-        self.validation = _parse_bool(options.get("Validation", "false"), spec.topic)
+        try:
+            self.validation = _validation(str(options.get("Validation", "false")))
+        except ValueError:
+            raise ConfigError(f"Topic {spec.topic!r}: chaining key generator option Validation is "
+                              f"{options['Validation']!r}; use true or false.") from None
         self._domain = spec.key_domain
         #: identifier text -> root identifier text of its chain.
         self._roots: dict[str, str] = {}
@@ -110,18 +133,12 @@ class ChainingKeyGenerator(KeyGenerator):
 
     # -- configuration ---------------------------------------------------------------------------------
     def _normalise(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        canonical = {name.lower(): name for name in _OPTIONS}
-        out: dict[str, Any] = {}
-        unknown = []
-        for name, value in options.items():
-            if name.lower() in canonical:
-                out[canonical[name.lower()]] = value
-            else:
-                unknown.append(name)
+        out = OPTIONS.canonical(options)
+        unknown = [name for name in out if name not in OPTIONS]
         if unknown:
             raise ConfigError(
                 f"Topic {self._topic!r}: unknown chaining key generator option(s) {', '.join(unknown)}. "
-                f"Known options: {', '.join(_OPTIONS)}."
+                f"Known options: {', '.join(OPTIONS.names())}."
             )
         return out
 
@@ -257,4 +274,5 @@ def broker_register_key_generators(registry: Registry) -> None:
         "chaining",
         ChainingKeyGenerator,
         description="id chaining: messages linked by secondary identifiers share their chain's SOW key",
+        options=OPTIONS,
     )

@@ -30,17 +30,22 @@ import orjson
 
 from broker import hookimpl
 from broker.errors import ConfigError, KeyGenerationError
+from broker.options import OptionSet
 from broker.sow.keys import KeyGenerator, KeySpec, validate_user_key  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
 
 __all__ = [
+    "OPTIONS",
     "DefaultKeyGenerator",
     "canonical_text",
     "checksum_key",
     "validate_user_key",
 ]
+
+#: ``default`` takes no options: ``broker check`` reports any ``<KeyGenerator><Options>`` child.
+OPTIONS = OptionSet()
 
 
 def canonical_text(value: Any, *, field: str = "", topic: str = "") -> str:
@@ -154,4 +159,5 @@ def broker_register_key_generators(registry: Registry) -> None:
         "default",
         DefaultKeyGenerator,
         description="AMPS-style opaque key: 64-bit checksum over the key domain and the <Key> field values",
+        options=OPTIONS,
     )

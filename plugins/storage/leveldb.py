@@ -7,10 +7,11 @@ Writes are not fsynced by default: the transaction log is the durability layer (
 view rebuilt from it, DESIGN.md), and LevelDB's own log still survives a process crash. Set the option
 ``sync=true`` for topics without a transaction log whose SOW must survive a power loss.
 
-Options (``StorageSpec.options``): ``sync`` (``true``/``false``, default ``false``), ``compression``
-(``snappy``/``none``, default ``none``), ``write_buffer_size`` (bytes, default 16 MiB),
-``lru_cache_size`` (bytes, LevelDB's 8 MiB when unset), ``bloom_filter_bits`` (bits per key, default 10;
-``0`` turns the filter off).
+Options (``<Storage><Options>``, declared in :data:`OPTIONS`, so ``broker check`` reports an unknown or
+unparsable one with file and line): ``sync`` (``true``/``false``, default ``false``), ``compression``
+(``snappy``/``none``, default ``none``), ``write_buffer_size`` (an AMPS size such as ``16MB``, or bytes;
+default 16 MiB), ``lru_cache_size`` (a size; LevelDB's 8 MiB block cache when unset),
+``bloom_filter_bits`` (bits per key, default 10; ``0`` turns the filter off).
 
 The defaults are chosen for the SOW's access pattern, where every publish reads the record it replaces
 and then writes it:
@@ -47,14 +48,13 @@ import plyvel
 
 from broker import hookimpl
 from broker.errors import StorageError
+from broker.options import Option, OptionSet, boolean, choice, integer, size
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
 
-__all__ = ["LevelDBSnapshot", "LevelDBStorage"]
-
-_OPTIONS = ("sync", "compression", "write_buffer_size", "lru_cache_size", "bloom_filter_bits")
+__all__ = ["OPTIONS", "LevelDBSnapshot", "LevelDBStorage"]
 
 #: Bits per key of the bloom filter when the option is not given (LevelDB's recommended value).
 DEFAULT_BLOOM_BITS = 10
@@ -63,23 +63,36 @@ DEFAULT_BLOOM_BITS = 10
 DEFAULT_WRITE_BUFFER = 16 * 1024 * 1024
 
 
-def _bool_option(name: str, text: str, path: str) -> bool:
-    lowered = str(text).strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise StorageError(f"leveldb storage at {path!r}: option {name}={text!r} is not a boolean; use true or false.")
+def _positive_size(value: str) -> int:
+    """An AMPS size (``16MB``) or a byte count, above zero."""
+    parsed = size(value)
+    if parsed <= 0:
+        raise ValueError(f"{value.strip()!r} must be a positive size, e.g. 16MB")
+    return parsed
 
 
-def _int_option(name: str, text: str, path: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if value <= 0:
-        raise StorageError(f"leveldb storage at {path!r}: option {name}={text!r} must be a positive byte count.")
-    return value
+def _bloom_bits(value: str) -> int:
+    """Bits per key, ``0`` for no filter."""
+    parsed = integer(value)
+    if parsed < 0:
+        raise ValueError(f"{parsed} is negative: give bits per key (10 is LevelDB's advice) or 0 for no filter")
+    return parsed
+
+
+#: The options of ``<Storage><Module>leveldb</Module><Options>``; see docs/plugins.md for their effect.
+OPTIONS = OptionSet(
+    Option("sync", boolean, default=False,
+           doc="fsync every write: a SOW without a transaction log survives a power loss; each publish "
+               "then waits for the disk"),
+    Option("compression", choice("none", "snappy"), default="none",
+           doc="snappy: smaller files, point reads (one per publish) about twice as slow"),
+    Option("write_buffer_size", _positive_size, default=DEFAULT_WRITE_BUFFER,
+           doc="memtable size (16MB): bigger means fewer flushes and less compaction, more memory per topic"),
+    Option("lru_cache_size", _positive_size, default=None,
+           doc="block cache size; LevelDB's 8MB when unset"),
+    Option("bloom_filter_bits", _bloom_bits, default=DEFAULT_BLOOM_BITS,
+           doc="bloom filter bits per key (0: no filter): a point read touches at most one block"),
+)
 
 
 def _wrap(exc: Exception, path: str, doing: str) -> StorageError:
@@ -143,11 +156,14 @@ class LevelDBStorage(Storage):
     """A SOW topic in a LevelDB database directory.
 
     Args:
-        spec: ``spec.path`` is the database directory (required); see the module docstring for options.
+        spec: ``spec.path`` is the database directory (required); ``spec.options`` as declared in
+            :data:`OPTIONS`.
 
     Raises:
-        StorageError: no path, a bad option, the database is locked by another process, or it cannot be
-            opened; the message names the path.
+        StorageError: no path, the database is locked by another process, or it cannot be opened; the
+            message names the path.
+        OptionError: an unknown option, or one that does not parse; the message names the engine, the topic
+            and the option.
     """
 
     def __init__(self, spec: StorageSpec) -> None:
@@ -158,28 +174,17 @@ class LevelDBStorage(Storage):
                 "topic, or use <Durability>transient</Durability> for an in-memory SOW."
             )
         self.path = str(spec.path)
-        unknown = sorted(set(spec.options) - set(_OPTIONS))
-        if unknown:
-            raise StorageError(
-                f"leveldb storage at {self.path!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Known options: {', '.join(_OPTIONS)}."
-            )
-        opts = spec.options
-        self.sync = _bool_option("sync", opts.get("sync", "false"), self.path)
-        db_kwargs: dict[str, Any] = {"create_if_missing": True}
-        compression = str(opts.get("compression", "none")).strip().lower()
-        if compression not in ("snappy", "none"):
-            raise StorageError(
-                f"leveldb storage at {self.path!r}: option compression={compression!r}; use snappy or none."
-            )
-        db_kwargs["compression"] = None if compression == "none" else "snappy"
-        db_kwargs["write_buffer_size"] = DEFAULT_WRITE_BUFFER
-        for name in ("write_buffer_size", "lru_cache_size"):
-            if name in opts:
-                db_kwargs[name] = _int_option(name, opts[name], self.path)
-        bloom = str(opts.get("bloom_filter_bits", DEFAULT_BLOOM_BITS)).strip()
-        if bloom != "0":
-            db_kwargs["bloom_filter_bits"] = _int_option("bloom_filter_bits", bloom, self.path)
+        opts = OPTIONS.parse(spec.options, owner=f"storage engine 'leveldb' of topic {spec.topic!r} ({self.path})")
+        self.sync: bool = opts["sync"]
+        db_kwargs: dict[str, Any] = {
+            "create_if_missing": True,
+            "compression": None if opts["compression"] == "none" else "snappy",
+            "write_buffer_size": opts["write_buffer_size"],
+        }
+        if opts["lru_cache_size"] is not None:
+            db_kwargs["lru_cache_size"] = opts["lru_cache_size"]
+        if opts["bloom_filter_bits"]:
+            db_kwargs["bloom_filter_bits"] = opts["bloom_filter_bits"]
         try:
             Path(self.path).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -330,4 +335,5 @@ def broker_register_storage_engines(registry: Registry) -> None:
         "leveldb",
         LevelDBStorage,
         description="LevelDB (plyvel) database per topic at its FileName; write batches per engine step",
+        options=OPTIONS,
     )

@@ -21,12 +21,16 @@ from typing import TYPE_CHECKING
 
 from broker import hookimpl
 from broker.errors import StorageError
+from broker.options import OptionSet
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
 
-__all__ = ["MemorySnapshot", "MemoryStorage"]
+__all__ = ["OPTIONS", "MemorySnapshot", "MemoryStorage"]
+
+#: ``memory`` takes no options: any ``<Storage><Options>`` child is an error naming it.
+OPTIONS = OptionSet()
 
 #: Up to this many pending keys are merged one by one (insort); more are merged with one sort.
 _INSORT_LIMIT = 64
@@ -81,10 +85,15 @@ class MemoryStorage(Storage):
     """A SOW topic in memory, ordered bytewise by key.
 
     Args:
-        spec: ``spec.path`` and ``spec.options`` are ignored.
+        spec: ``spec.path`` is ignored; ``spec.options`` must be empty (a subclass with options of its own
+            passes ``dataclasses.replace(spec, options={})``).
+
+    Raises:
+        OptionError: ``spec.options`` is not empty.
     """
 
     def __init__(self, spec: StorageSpec) -> None:
+        OPTIONS.check(spec.options, owner=f"storage engine 'memory' of topic {spec.topic!r}")
         self.spec = spec
         self._data: dict[bytes, bytes] = {}
         self._keys: list[bytes] = []  # sorted; excludes _added, includes _removed
@@ -227,4 +236,5 @@ def broker_register_storage_engines(registry: Registry) -> None:
         "memory",
         MemoryStorage,
         description="in-process dict with a sorted key index; nothing persists (Durability transient)",
+        options=OPTIONS,
     )

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from broker.errors import ConfigError, KeyGenerationError, StorageError
 from broker.sow.keys import KeySpec
 from broker.testing import DictMessage, KeyGeneratorConformance
-from broker_plugins.keygen.chaining import ChainingKeyGenerator
+from broker_plugins.keygen.chaining import OPTIONS, ChainingKeyGenerator
 from broker_plugins.keygen.default import DefaultKeyGenerator, checksum_key
 
 
@@ -156,6 +156,22 @@ def test_topic_keys_are_used_without_key_options() -> None:
 def test_bad_options_are_config_errors(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         chaining(options)
+
+
+def test_declared_options_accept_what_the_generator_accepts() -> None:
+    """broker check validates against OPTIONS: names in any case, as the generator takes them."""
+    assert OPTIONS.problems({"key": "/a,/b", "VALIDATION": "yes", "FileName": "x", "Secondary": "/c"}) == []
+    assert OPTIONS.problems({"Validation": ""}) == []
+    assert OPTIONS.problems({"Separator": "|"}) == [
+        "unknown option <Separator> (accepted: Key, Primary, Secondary, FileName, Validation)"]
+    assert OPTIONS.problems({"Validation": "perhaps"}) == [
+        "option <Validation>: 'perhaps' is not a boolean (write true or false, enabled or disabled)"]
+
+
+def test_registered_with_its_declared_options() -> None:
+    from broker.plugins import build_plugin_manager
+
+    assert build_plugin_manager().key_generators.registration("chaining").options is OPTIONS
 
 
 # -- persistence -------------------------------------------------------------------------------------

@@ -110,6 +110,14 @@ def test_rejects_options() -> None:
         DefaultKeyGenerator(KeySpec("orders", "orders", ("/id",), options={"Separator": "|"}))
 
 
+def test_declares_no_options_so_broker_check_reports_any() -> None:
+    from broker.plugins import build_plugin_manager
+
+    declared = build_plugin_manager().key_generators.registration("default").options
+    assert declared is not None and declared.names() == []
+    assert declared.problems({"Separator": "|"}) == ["unknown option <Separator> (accepted: none)"]
+
+
 # -- properties --------------------------------------------------------------------------------------
 values = st.one_of(
     st.text(alphabet=st.sampled_from("ab|:0123456789,\x00é"), max_size=12),

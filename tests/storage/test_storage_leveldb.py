@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from broker.errors import StorageError
+from broker.options import OptionError
 from broker.sow.storage import StorageSpec
 from broker.testing import StorageConformance
-from broker_plugins.storage.leveldb import LevelDBStorage
+from broker_plugins.storage.leveldb import OPTIONS, LevelDBStorage
 
 
 class TestLevelDBStorage(StorageConformance):
@@ -69,16 +70,20 @@ def test_requires_a_path() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"sync": "maybe"}, "sync='maybe'"),
-        ({"compression": "zstd"}, "snappy or none"),
-        ({"write_buffer_size": "lots"}, "positive byte count"),
-        ({"cache": "1"}, "Known options: sync"),
-        ({"bloom_filter_bits": "-3"}, "bloom_filter_bits='-3'"),
+        ({"sync": "maybe"}, r"option <sync>: 'maybe' is not a boolean"),
+        ({"compression": "zstd"}, r"option <compression>: 'zstd' is not one of none, snappy"),
+        ({"write_buffer_size": "lots"}, r"option <write_buffer_size>: 'lots' is not a size"),
+        ({"write_buffer_size": "0"}, r"option <write_buffer_size>: '0' must be a positive size"),
+        ({"cache": "1"}, r"unknown option <cache> \(accepted: sync, compression, write_buffer_size"),
+        ({"bloom_filter_bits": "-3"}, r"option <bloom_filter_bits>: -3 is negative"),
     ],
 )
-def test_bad_options_are_named(tmp_path: Path, options: dict[str, str], message: str) -> None:
-    with pytest.raises(StorageError, match=message):
+def test_bad_options_name_the_engine_the_topic_and_the_option(tmp_path: Path, options: dict[str, str],
+                                                              message: str) -> None:
+    with pytest.raises(OptionError, match=message) as info:
         LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t"), options=options))
+    assert str(info.value).startswith("storage engine 'leveldb' of topic 't'")
+    assert not (tmp_path / "t").exists()  # refused before anything is created
 
 
 def test_accepts_tuning_options(tmp_path: Path) -> None:
@@ -88,6 +93,29 @@ def test_accepts_tuning_options(tmp_path: Path) -> None:
     store.write(puts=[(b"k", b"v")])
     assert store.get(b"k") == b"v"
     store.close()
+
+
+def test_sizes_take_amps_units(tmp_path: Path) -> None:
+    store = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t"), options={
+        "sync": "true", "compression": "snappy", "write_buffer_size": "4MB", "lru_cache_size": "32MB",
+        "bloom_filter_bits": "12"}))
+    assert store.sync is True
+    store.write(puts=[(b"k", b"v" * 1000)])
+    store.close()
+    reopened = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t")))  # other options, same data
+    assert reopened.get(b"k") == b"v" * 1000 and reopened.sync is False
+    reopened.close()
+
+
+def test_declared_options_are_what_the_engine_parses() -> None:
+    """broker check validates against the registration's OptionSet: it must be the one the engine uses."""
+    from broker.plugins import build_plugin_manager
+
+    registration = build_plugin_manager().storage_engines.registration("leveldb")
+    assert registration.options is OPTIONS
+    assert OPTIONS.parse({}, owner="leveldb") == {
+        "sync": False, "compression": "none", "write_buffer_size": 16 * 1024 * 1024, "lru_cache_size": None,
+        "bloom_filter_bits": 10}
 
 
 def test_count_stays_exact_when_writes_follow_reads_of_other_keys(tmp_path: Path) -> None:

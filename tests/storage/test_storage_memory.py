@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from broker.options import OptionError
 from broker.sow.storage import StorageSpec
 from broker.testing import StorageConformance
 from broker_plugins.storage.memory import MemoryStorage
@@ -45,3 +48,9 @@ def test_bulk_inserts_merge_into_order() -> None:
     store.write(puts=[(b"%05d" % i, b"v") for i in range(1, 2000, 2)],
                 deletes=[b"%05d" % i for i in range(0, 2000, 3)])
     assert [k for k, _ in store.scan()] == [b"%05d" % i for i in range(2000) if i % 3]
+
+
+def test_any_option_is_refused_naming_the_engine_and_the_option() -> None:
+    with pytest.raises(OptionError, match=r"storage engine 'memory' of topic 't': unknown option <sync> "
+                                          r"\(accepted: none\)"):
+        MemoryStorage(StorageSpec(topic="t", options={"sync": "true"}))
