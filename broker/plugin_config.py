@@ -82,8 +82,9 @@ def _issue(where: Where, message: str, severity: str = "error") -> ConfigIssue:
 
 
 class _Resolver:
-    def __init__(self, plugins: PluginManager) -> None:
+    def __init__(self, plugins: PluginManager, modules: Mapping[str, Where]) -> None:
         self.plugins = plugins
+        self.modules = modules
         self.issues: list[ConfigIssue] = []
 
     def resolve(self, registry: Registry, name: str, options: Mapping[str, str], where: Where, *,
@@ -98,9 +99,25 @@ class _Resolver:
             problems = registration.options.problems(merged, templates=templates)
             if problems:
                 owner = f"{registry.kind} {registration.name!r} (plugin {registration.plugin!r})"
+                problems = self._locate(registration, options, problems, templates)
                 self.issues.append(_issue(where, f"{owner}: " + "; ".join(problems)))
                 return None
         return Resolved(registration, merged, where)
+
+    def _locate(self, registration: Registration, per_use: Mapping[str, str], problems: list[str],
+                templates: bool) -> list[str]:
+        """``problems``, each caused by a ``<Modules><Module><Options>`` value saying so, with its file:line."""
+        module_where = self.modules.get(registration.plugin)
+        declared = registration.options
+        if module_where is None or declared is None:
+            return problems
+        inherited = {k: v for k, v in self.plugins.module_options(registration.plugin).items() if k not in per_use}
+        baseline = set(declared.problems({}, templates=templates))  # required options, whatever is given
+        from_module = {p for k, v in inherited.items() for p in declared.problems({k: v}, templates=templates)
+                       if p not in baseline}
+        at = f"{module_where.file}:{module_where.line}" if module_where.line else module_where.file
+        return [f"{p} (set in <Modules> Module {registration.plugin!r} at {at})" if p in from_module else p
+                for p in problems]
 
     def topic(self, topic: SowTopicConfig) -> TopicPlugins | None:
         label = f"SOW Topic {topic.name!r}"
@@ -131,7 +148,7 @@ def resolve_plugins(config: Config, plugins: PluginManager) -> ResolvedPlugins:
     Raises:
         ConfigError: every unknown name and every option problem, each with file, line and element.
     """
-    resolver = _Resolver(plugins)
+    resolver = _Resolver(plugins, {m.name: m.where for m in config.modules})
     topics: dict[str, TopicPlugins] = {}
     for topic in config.sow_topics:
         resolved = resolver.topic(topic)

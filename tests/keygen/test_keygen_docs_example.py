@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import ConfigError, KeyGenerationError
+from broker.options import OptionError
 from broker.plugins import build_plugin_manager
 from broker.sow.keys import KeyGenerator, KeySpec
 from broker.testing import DictMessage, KeyGeneratorConformance
@@ -56,11 +57,27 @@ def test_bad_values_are_key_generation_errors(body: dict[str, str], message: str
         generator.generate(DictMessage(body))
 
 
-@pytest.mark.parametrize("options", [{"Separator": ","}, {"Separator": "--"}, {"Sep": "|"}])
-def test_bad_options_are_config_errors(options: dict[str, str]) -> None:
+@pytest.mark.parametrize(("options", "message"), [
+    ({"Separator": ","}, r"option <Separator>: ',' must be one printable ASCII character other than ','"),
+    ({"Separator": "--"}, r"option <Separator>: '--' must be one printable"),
+    ({"Sep": "|"}, r"unknown option <Sep> \(accepted: Separator\)"),
+])
+def test_bad_options_name_the_generator_and_the_option(options: dict[str, str], message: str) -> None:
     factory = build_plugin_manager(modules=[("upper", str(EXAMPLE))]).key_generators.get("upper")
-    with pytest.raises(ConfigError):
+    with pytest.raises(OptionError, match=message) as info:
         factory(spec(**options))
+    assert str(info.value).startswith("key generator 'upper' of topic 'orders'")
+
+
+def test_no_key_fields_is_a_config_error() -> None:
+    factory = build_plugin_manager(modules=[("upper", str(EXAMPLE))]).key_generators.get("upper")
+    with pytest.raises(ConfigError, match="at least one <Key>"):
+        factory(KeySpec(topic="orders", key_domain="orders", key_fields=()))
+
+
+def test_declares_its_options_for_broker_check() -> None:
+    registration = build_plugin_manager(modules=[("upper", str(EXAMPLE))]).key_generators.registration("upper")
+    assert registration.options is not None and registration.options.names() == ["Separator"]
 
 
 class TestExampleConformance(KeyGeneratorConformance):
