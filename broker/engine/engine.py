@@ -335,11 +335,7 @@ class Engine:
             CommandError: the topic has no SOW, or the command mixes forms.
         """
         topic = header.get("topic") or ""
-        sow = self.sow_topics.get(topic)
-        if sow is None:
-            if not topic:
-                raise CommandError("invalid topic", "sow_delete without a topic")
-            raise CommandError("invalid topic", f"topic {topic!r} has no SOW; configure it under <SOW>")
+        sow = self._sow_to_delete_from(topic)
         flt_text = header.get("filter")
         sow_keys = header.get("sow_keys")
         forms = sum(1 for f in (flt_text, sow_keys, body) if f)
@@ -356,16 +352,42 @@ class Engine:
             removed = sow.delete_keys([sow.key_for(msg, header.get("sow_key"))])
             matches = len(removed)
         else:
-            predicate = self.compile_filter(flt_text)
-            _examined, removed = sow.delete_matching(predicate)
-            matches = len(removed)
-        now_ns = time.time_ns()
-        if removed and self.journal is not None and self.is_logged(topic):
+            return self.delete_by_filter(topic, flt_text)
+        self._deleted(sow, removed)
+        return matches, len(removed)
+
+    def delete_by_filter(self, topic: str, filter_text: str | None) -> tuple[int, int]:
+        """Delete the records of SOW topic ``topic`` matching ``filter_text`` (every record when empty),
+        exactly as a client's ``sow_delete`` with a filter does: journaled when the topic is logged,
+        ``deleted`` OOF to the subscriptions that saw them. Actions delete through here too.
+
+        Returns:
+            (matches, records deleted).
+
+        Raises:
+            CommandError: the topic has no SOW, or the filter does not compile.
+        """
+        sow = self._sow_to_delete_from(topic)
+        _examined, removed = sow.delete_matching(self.compile_filter(filter_text))
+        self._deleted(sow, removed)
+        return len(removed), len(removed)
+
+    def _sow_to_delete_from(self, topic: str) -> SowTopic:
+        sow = self.sow_topics.get(topic)
+        if sow is None:
+            if not topic:
+                raise CommandError("invalid topic", "sow_delete without a topic")
+            raise CommandError("invalid topic", f"topic {topic!r} has no SOW; configure it under <SOW>")
+        return sow
+
+    def _deleted(self, sow: SowTopic, removed: list[SowRecord]) -> None:
+        """Journal (when logged) and announce (OOF ``deleted``) records just deleted from ``sow``."""
+        if removed and self.journal is not None and self.is_logged(sow.name):
+            now_ns = time.time_ns()
             for rec in removed:
-                self.journal.append("sow_delete", topic, b"", sow_key=rec.key,
+                self.journal.append("sow_delete", sow.name, b"", sow_key=rec.key,
                                     message_type=sow.message_type.name, timestamp_ns=now_ns)
         self._send_oof(sow, removed, "deleted")
-        return matches, len(removed)
 
     def expire(self, now_ns: int | None = None) -> int:
         """Remove expired SOW records, sending ``expired`` OOF notices; returns how many."""
