@@ -113,16 +113,27 @@ def _single_broker_error(group: BaseExceptionGroup) -> BaseException:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """List installed plugins and what they register."""
+    """List installed plugins and what they register; with a config, what each SOW topic will use."""
+    from broker.plugin_config import Resolved, resolve_plugins
     from broker.plugins import build_plugin_manager
 
-    modules: list[tuple[str, str]] = []
-    base = None
-    if args.config:
-        config = _load(args.config)
-        modules = [(m.name, m.library) for m in config.modules]
-        base = Path(args.config).resolve().parent
-    pm = build_plugin_manager(modules, base_dir=base)
+    def show(kind: str, chosen: Resolved, suffix: str = "") -> None:
+        """One line per choice, then the options it receives: as given, else the declared defaults."""
+        print(f"    {kind}: {chosen.name} (plugin {chosen.registration.plugin}){suffix}")
+        given = dict(chosen.options)
+        for option in chosen.registration.options or ():
+            if option.name in given:
+                print(f"      {option.name} = {given.pop(option.name)}")
+            elif option.default is not None:  # written as the XML would write it
+                default = str(option.default).lower() if isinstance(option.default, bool) else option.default
+                print(f"      {option.name} = {default} (default)")
+        for name, value in given.items():  # not declared: passed through as given
+            print(f"      {name} = {value}")
+
+    config = _load(args.config) if args.config else None
+    modules = [(m.name, m.library, m.options) for m in config.modules] if config else []
+    pm = build_plugin_manager(modules, base_dir=Path(args.config).resolve().parent if config else None)
+    resolved = resolve_plugins(config, pm) if config else None  # a bad choice or option: errors, exit 2
     print("plugins:")
     for name, source in pm.plugins():
         print(f"  {name:24} {source}")
@@ -131,6 +142,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for reg in registry:
             desc = f" — {reg.description}" if reg.description else ""
             print(f"  {reg.name:24} from {reg.plugin}{desc}")
+            if reg.options is not None and reg.options.names():
+                print(f"  {'':24} options: {', '.join(reg.options.names())}")
+    if config is None or resolved is None or not config.sow_topics:
+        return 0
+    print("sow topics:")
+    for topic in config.sow_topics:
+        chosen = resolved.topics[topic.name]
+        print(f"  {topic.name}")
+        show("storage engine", chosen.storage,
+             f" at {topic.file_name}" if topic.file_name and chosen.storage.name != "memory" else "")
+        if chosen.key_generator is None:
+            print("    key generator: none (publishers send the SowKey)")
+        else:
+            show("key generator", chosen.key_generator)
     return 0
 
 
