@@ -12,6 +12,12 @@ Rules (``docs/txlog.md``):
 * Every step is atomic under kill -9: a copy is written to a temporary name, fsynced, renamed, the
   directory fsynced, and only then the original is unlinked. A crash in between leaves two complete
   copies; :func:`~broker.txlog.files.list_files` picks one.
+* A copy keeps the original's modification time, so "not written for longer than Age" still measures
+  from the last write after a file was archived to another disk or compressed.
+
+:func:`archive_older`, :func:`compress_older` and :func:`remove_older` are the passes the journal actions
+run: every sealed file last written at or before a cutoff time, oldest first, skipping (and reporting) the
+files a replay may still read.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import zstandard
 
@@ -34,7 +43,17 @@ from broker.txlog.files import (
 )
 from broker.txlog.reader import lowest_file_in_use
 
-__all__ = ["archive_file", "compress_file", "list_files", "remove_file"]
+__all__ = [
+    "PassResult",
+    "archive_file",
+    "archive_older",
+    "compress_file",
+    "compress_older",
+    "list_files",
+    "remove_file",
+    "remove_older",
+    "replace_with_copy",
+]
 
 
 def _identify(path: Path) -> tuple[str, int, bool]:
@@ -54,6 +73,42 @@ def _siblings(path: Path, instance: str, *dirs: str | os.PathLike[str] | None) -
             if prev is None or (prev.size == 0 and jf.size > 0):
                 seen[jf.index] = jf
     return [seen[i] for i in sorted(seen)]
+
+
+def replace_with_copy(src: Path, dest: Path, copy: Callable[[BinaryIO, BinaryIO], object]) -> Path:
+    """Replace ``src`` by ``dest``, written from it by ``copy(fin, fout)``, atomically under kill -9.
+
+    The copy goes to ``<dest>.tmp``, gets ``src``'s access and modification times, is fsynced and renamed
+    to ``dest``; the directory is fsynced; only then is ``src`` unlinked (and its directory fsynced). A crash
+    leaves ``src`` alone, or ``src`` and a complete ``dest``; never a partial ``dest``.
+
+    Args:
+        src: The original file.
+        dest: The file to create (an existing one is replaced).
+        copy: Writes the new content from the open original to the open temporary file.
+
+    Returns:
+        ``dest``.
+
+    Raises:
+        OSError: Reading, writing or renaming failed (the temporary file is removed; ``src`` is kept).
+    """
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            copy(fin, fout)
+            fout.flush()
+            st = os.fstat(fin.fileno())
+            os.utime(fout.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.fsync(fout.fileno())
+        os.replace(tmp, dest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(dest.parent)
+    os.unlink(src)
+    fsync_directory(src.parent)
+    return dest
 
 
 def _check_sealed(path: Path, journal_directory: str | os.PathLike[str] | None) -> tuple[str, int]:
@@ -93,15 +148,7 @@ def archive_file(path: str | os.PathLike[str], archive_directory: str | os.PathL
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            tmp = dest.with_name(dest.name + ".tmp")
-            with open(src, "rb") as fin, open(tmp, "wb") as fout:
-                shutil.copyfileobj(fin, fout, CHUNK)
-                fout.flush()
-                os.fsync(fout.fileno())
-            os.replace(tmp, dest)
-            fsync_directory(dest_dir)
-            os.unlink(src)
-            fsync_directory(src.parent)
+            replace_with_copy(src, dest, lambda fin, fout: shutil.copyfileobj(fin, fout, CHUNK))
     except OSError as exc:
         raise JournalError(f"cannot archive {src} to {dest_dir}: {exc}") from exc
     return dest
@@ -129,19 +176,14 @@ def compress_file(
         raise JournalError(f"{src} is already compressed")
     _check_sealed(src, journal_directory)
     dest = src.with_name(src.name[: -len(".journal")] + COMPRESSED_SUFFIX)
-    tmp = dest.with_name(dest.name + ".tmp")
+    cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
+
+    def compress(fin: BinaryIO, fout: BinaryIO) -> None:
+        cctx.copy_stream(fin, fout, size=os.fstat(fin.fileno()).st_size, read_size=CHUNK, write_size=CHUNK)
+
     try:
-        cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            cctx.copy_stream(fin, fout, size=os.fstat(fin.fileno()).st_size, read_size=CHUNK, write_size=CHUNK)
-            fout.flush()
-            os.fsync(fout.fileno())
-        os.replace(tmp, dest)
-        fsync_directory(dest.parent)
-        os.unlink(src)
-        fsync_directory(src.parent)
+        replace_with_copy(src, dest, compress)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise JournalError(f"cannot compress {src}: {exc}") from exc
     return dest
 
@@ -180,3 +222,124 @@ def remove_file(
         fsync_directory(src.parent)
     except OSError as exc:
         raise JournalError(f"cannot remove {src}: {exc}") from exc
+
+
+# -- passes over an instance's files ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one archive, compress or remove pass did.
+
+    Attributes:
+        done: The files acted on, as they were before (path, index), oldest first.
+        in_use: Indexes of files that qualified but were left alone because a replay may still read them;
+            a later pass takes them once the replay has moved on.
+        error: Why the pass stopped before the end (a file operation failed), or ``None``.
+    """
+
+    done: tuple[JournalFile, ...] = ()
+    in_use: tuple[int, ...] = ()
+    error: str | None = None
+
+
+def _last_written(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # moved by a concurrent pass: it is looked at again next time
+        return None
+
+
+def _sealed_below(files: list[JournalFile], current_index: int | None) -> int:
+    """Files with a lower index are sealed: a higher index holds data, and the writer is past them."""
+    limit = max((f.index for f in files if f.size > 0), default=-1)
+    return limit if current_index is None else min(limit, current_index)
+
+
+def _qualifying(files: list[JournalFile], cutoff: float, current_index: int | None) -> list[JournalFile]:
+    """The sealed files holding data that were last written at or before ``cutoff``."""
+    limit = _sealed_below(files, current_index)
+    return [jf for jf in files if jf.index < limit and jf.size > 0 and _written_before(jf, cutoff)]
+
+
+def _written_before(jf: JournalFile, cutoff: float) -> bool:
+    written = _last_written(jf.path)
+    return written is not None and written <= cutoff
+
+
+def _in_use(instance_name: str, index: int) -> bool:
+    lowest = lowest_file_in_use(instance_name)
+    return lowest is not None and index >= lowest
+
+
+def _each(files: list[JournalFile], instance_name: str, act: Callable[[JournalFile], object]) -> PassResult:
+    done: list[JournalFile] = []
+    in_use: list[int] = []
+    for jf in files:
+        if _in_use(instance_name, jf.index):
+            in_use.append(jf.index)
+            continue
+        try:
+            act(jf)
+        except JournalError as exc:
+            return PassResult(tuple(done), tuple(in_use), str(exc))
+        done.append(jf)
+    return PassResult(tuple(done), tuple(in_use))
+
+
+def archive_older(journal_directory: str | os.PathLike[str], archive_directory: str | os.PathLike[str],
+                  instance_name: str, cutoff: float, *, current_index: int | None = None) -> PassResult:
+    """Move every sealed file of the JournalDirectory last written at or before ``cutoff`` to the archive.
+
+    Args:
+        journal_directory: The JournalDirectory.
+        archive_directory: The JournalArchiveDirectory.
+        instance_name: Whose files.
+        cutoff: A POSIX time; files modified later are left where they are.
+        current_index: The index of the file the writer appends to, when known (it and later files are
+            never touched, whatever the directory shows).
+
+    Returns:
+        What was moved, what a replay held back, and the error that stopped the pass, if any.
+    """
+    files = list_files(journal_directory, archive_directory, instance_name)
+    todo = [f for f in _qualifying(files, cutoff, current_index) if not f.archived]
+    return _each(todo, instance_name, lambda jf: archive_file(jf.path, archive_directory))
+
+
+def compress_older(journal_directory: str | os.PathLike[str], archive_directory: str | os.PathLike[str] | None,
+                   instance_name: str, cutoff: float, *, current_index: int | None = None) -> PassResult:
+    """Compress every plain sealed file (in either directory) last written at or before ``cutoff``.
+
+    Args and returns as :func:`archive_older`; ``archive_directory`` may be ``None``.
+    """
+    files = list_files(journal_directory, archive_directory, instance_name)
+    todo = [f for f in _qualifying(files, cutoff, current_index) if not f.compressed]
+    return _each(todo, instance_name, lambda jf: compress_file(jf.path, journal_directory=journal_directory))
+
+
+def remove_older(journal_directory: str | os.PathLike[str], archive_directory: str | os.PathLike[str] | None,
+                 instance_name: str, cutoff: float, *, current_index: int | None = None) -> PassResult:
+    """Remove files from the oldest end while they are sealed and last written at or before ``cutoff``.
+
+    The pass stops at the first file that does not qualify, that a replay may still read, or that cannot
+    be removed, so what is left is always a contiguous tail of the log. A file left twice by a crash
+    during archive or compress has each copy removed in turn.
+
+    Args and returns as :func:`archive_older`; ``archive_directory`` may be ``None``.
+    """
+    done: list[JournalFile] = []
+    while True:
+        files = list_files(journal_directory, archive_directory, instance_name)
+        if not files:
+            break
+        oldest = files[0]  # an empty file at the oldest end holds nothing: it may go too
+        if oldest.index >= _sealed_below(files, current_index) or not _written_before(oldest, cutoff):
+            break
+        if _in_use(instance_name, oldest.index):
+            return PassResult(tuple(done), (oldest.index,))
+        try:
+            remove_file(oldest.path, journal_directory=journal_directory, archive_directory=archive_directory)
+        except JournalError as exc:
+            return PassResult(tuple(done), (), str(exc))
+        done.append(oldest)
+    return PassResult(tuple(done))

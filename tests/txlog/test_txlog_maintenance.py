@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from broker.errors import JournalError
 from broker.txlog import FileState, JournalWriter, ReplayStart, archive_file, compress_file, remove_file
+from broker.txlog.maintenance import archive_older, compress_older, remove_older, replace_with_copy
 
 
 def _three_files(w: JournalWriter) -> list:
@@ -119,3 +124,64 @@ def test_reopen_when_every_file_was_archived_by_hand(open_writer: Callable[..., 
     w2.sync()
     assert w2.current_path.name.endswith(f"{files[-1].index + 2:010d}.journal")  # after the preallocated one
     assert [r.sequence for r in w2.reader().records()] == list(range(1, 302))
+
+
+def test_copies_keep_the_time_of_the_last_write(open_writer: Callable[..., JournalWriter],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    for f in files[:2]:
+        os.utime(f.path, (1_000_000_000, 1_000_000_000))
+    zst = compress_file(files[0].path)
+    assert zst.stat().st_mtime == 1_000_000_000
+    real_rename = os.rename
+
+    def cross_device(src: object, dst: object) -> None:
+        if str(src).endswith(".journal"):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", cross_device)  # the archive is on another file system: copied
+    archived = archive_file(files[1].path, w.archive_directory)
+    assert archived.stat().st_mtime == 1_000_000_000 and not files[1].path.exists()
+    assert not list(w.archive_directory.glob("*.tmp"))
+    assert [r.sequence for r in w.reader().records()] == list(range(1, 301))
+
+
+def test_a_failed_copy_keeps_the_original(tmp_path: Path) -> None:
+    src = tmp_path / "a.log"
+    src.write_bytes(b"data")
+
+    def broken(fin: object, fout: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        replace_with_copy(src, tmp_path / "a.log.gz", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log"]
+
+
+def test_passes_act_on_sealed_files_written_before_the_cutoff(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    os.utime(files[0].path, (1_000, 1_000))
+    result = compress_older(w.journal_directory, w.archive_directory, "inst-a", cutoff=2_000)
+    assert [f.index for f in result.done] == [files[0].index] and result.error is None
+    result = archive_older(w.journal_directory, w.archive_directory, "inst-a", cutoff=time.time())
+    assert [f.index for f in result.done] == [files[0].index, files[1].index]  # never the current file
+    # The writer's own index wins over what the directory shows.
+    result = remove_older(w.journal_directory, w.archive_directory, "inst-a", cutoff=time.time(),
+                          current_index=files[1].index)
+    assert [f.index for f in result.done] == [files[0].index]
+    assert [f.index for f in w.files() if f.size > 0] == [files[1].index, files[2].index]
+
+
+def test_remove_pass_reports_a_replay_and_stops(open_writer: Callable[..., JournalWriter]) -> None:
+    w = open_writer()
+    files = _three_files(w)
+    replay = w.reader().records(ReplayStart.epoch(), until_sequence=w.durable_sequence)
+    next(replay)
+    result = remove_older(w.journal_directory, w.archive_directory, "inst-a", cutoff=time.time())
+    assert result.done == () and result.in_use == (files[0].index,) and result.error is None
+    replay.close()
+    result = remove_older(w.journal_directory, w.archive_directory, "inst-a", cutoff=time.time())
+    assert [f.index for f in result.done] == [files[0].index, files[1].index]
