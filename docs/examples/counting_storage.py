@@ -102,8 +102,10 @@ class CountingStorage(MemoryStorage):
 
     def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
         """Write, then report when ``ReportEvery`` writes have passed."""
+        before = super().statistics()["writes"]
         super().write(puts, deletes)
-        if self.report_every and self.statistics()["writes"] % self.report_every == 0:
+        writes = super().statistics()["writes"]  # an empty write changes nothing and is not counted
+        if self.report_every and writes > before and writes % self.report_every == 0:
             self.report()
 
     def close(self) -> None:
