@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker import __version__
+from broker.config.model import LoggingConfig
 from broker.errors import BrokerError, ConfigError
 
 log = logging.getLogger("broker")
@@ -22,7 +23,16 @@ log = logging.getLogger("broker")
 SHUTDOWN_DEADLINE = 10.0
 
 
-def _setup_logging(level: str) -> None:
+def _setup_logging(level: str, config_logging: LoggingConfig | None = None) -> None:
+    """stderr at ``level``; once the config is loaded, its ``<Logging>`` targets instead (if it has any)."""
+    if config_logging is not None and config_logging.targets:
+        from broker.logfiles import configure_logging
+
+        try:
+            configure_logging(config_logging, level)
+        except OSError as exc:
+            raise BrokerError(f"cannot open the log file of <Logging><Target>: {exc}") from None
+        return
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -78,6 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from broker.server.kernel import Broker
 
     config = _load(args.config)
+    _setup_logging(args.log_level, config.logging)
     for w in config.warnings:
         log.warning("%s", w)
 

@@ -159,6 +159,29 @@ class ActionConfig:
 
 
 @dataclass(frozen=True)
+class LogTargetConfig:
+    """``<Logging><Target>``: one destination of the broker's log (see :mod:`broker.logfiles`)."""
+
+    #: ``file``, ``stdout`` or ``stderr``.
+    protocol: str
+    #: The file name mask (strftime tokens and ``%n``) of a ``file`` target.
+    file_name: str | None = None
+    #: The AMPS level name (``info``, ``warning``...): the lowest level written; ``None``: the CLI's level.
+    level: str | None = None
+    #: AMPS level names written in addition to ``level`` and above (``<Levels>``).
+    levels: tuple[str, ...] = ()
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """``<Logging>``: where the broker logs; no target keeps the default (stderr)."""
+
+    targets: tuple[LogTargetConfig, ...] = ()
+    where: Where = field(default_factory=Where)
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole, validated configuration."""
 
@@ -170,6 +193,8 @@ class Config:
     sow_topics: tuple[SowTopicConfig, ...] = ()
     transaction_log: TransactionLogConfig | None = None
     actions: tuple[ActionConfig, ...] = ()
+    #: ``<Logging>``; ``None`` when absent (the broker logs to stderr at the ``--log-level``).
+    logging: LoggingConfig | None = None
     #: Elements AMPS defines that the broker does not support yet, and other non-fatal notes.
     warnings: tuple[ConfigIssue, ...] = ()
     #: The fully expanded XML text (``${VAR}`` and ``<Include>`` resolved), as ``--dump-config`` prints.

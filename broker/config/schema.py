@@ -240,6 +240,27 @@ ACTION = group(
     repeatable=True,
 )
 
+LOGGING = group(
+    "Logging", "Where the broker logs. Without a Target the broker logs to stderr at --log-level.",
+    group("Target", "One destination of the log.",
+          leaf("Protocol", "file|stdout|stderr", "Where the lines go. gzip and syslog are accepted with a "
+               "warning and the target is ignored.", required=True),
+          leaf("FileName", "path", "File name mask of a file target: strftime tokens (%Y %m %d %H %M %S ...) "
+               "in local time and %n (the file's sequence number in this run, 00000, 00001...); "
+               "directories are created, an existing file is appended to. "
+               "amps-action-do-rotate-logs opens the name the mask gives then.", "%Y-%m-%dT%H%M%S.log"),
+          leaf("Level", "level", "Lowest level written: developer, trace, stats, info, warning, error, "
+               "critical, emergency, or none (debug is AMPS's obsolete synonym of info).",
+               "the --log-level option (info)"),
+          leaf("Levels", "text", "Comma-separated levels written in addition to Level and above."),
+          *ignored("IncludeErrors", "ExcludeErrors",
+                   note="the broker's <Logging> lines carry no AMPS message ids: every line at the "
+                        "target's levels is written"),
+          *ignored("RotationThreshold", note="log files are rotated by amps-action-do-rotate-logs only"),
+          *ignored("Ident", "Options", "Facility", note="syslog targets are not supported"),
+          repeatable=True),
+)
+
 ROOT = group(
     "AMPSConfig", "The configuration.",
     leaf("Name", "text", "Instance name, used in logs, journal file names and the admin interface.",
@@ -272,7 +293,7 @@ ROOT = group(
     *ignored("Tuning", "Externals", "UserDefinedFunctions", note="not applicable to the broker"),
     *ignored("Protocols", note="custom header protocols are not supported"),
     *ignored("MessageTypes", note="the built-in json, xml and binary message types are used"),
-    *ignored("Logging", note="log targets are not configurable in the XML yet"),
+    LOGGING,
     *ignored("Replication", note="replication is not supported yet"),
 )
 

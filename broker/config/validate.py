@@ -27,6 +27,7 @@ from broker.config.catalog import (
 )
 from broker.config.elements import Reader, child, children, options_of, text_of
 from broker.config.issues import IssueLog
+from broker.config.log_targets import build_logging
 from broker.config.model import (
     DEFAULT_CLIENT_BUFFER,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -106,10 +107,11 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     transaction_log = build_transaction_log(reader, child(root, "TransactionLog"),
                                             lambda el: check_message_type(reader, el))
     actions = _actions(reader, root)
+    logging_config = build_logging(reader, child(root, "Logging"))
     if name is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
-                  transaction_log=transaction_log, actions=actions)
+                  transaction_log=transaction_log, actions=actions, logging=logging_config)
 
 
 # -- Admin -------------------------------------------------------------------------------------------------

@@ -327,11 +327,12 @@ def test_exponential_includes_stop_at_the_threshold(write, errors_of) -> None:
 
 
 def test_ignored_sections_with_includes_still_load(write) -> None:
-    write("logging.xml", "<Target><Protocol>stdout</Protocol><Level>info</Level></Target>")
-    main = write("m.xml", "<AMPSConfig><Name>n</Name><Logging><Include>logging.xml</Include></Logging></AMPSConfig>")
+    write("replication.xml", "<Destination><Group>g</Group></Destination>")
+    main = write("m.xml", "<AMPSConfig><Name>n</Name><Replication><Include>replication.xml</Include>"
+                          "</Replication></AMPSConfig>")
     config = load_config(main, env={})
-    assert [w.path for w in config.warnings] == ["/AMPSConfig/Logging"]
-    assert "<Target><Protocol>stdout</Protocol>" in config.expanded_xml
+    assert [w.path for w in config.warnings] == ["/AMPSConfig/Replication"]
+    assert "<Destination><Group>g</Group>" in config.expanded_xml
 
 
 @pytest.mark.parametrize(("body", "check"), [
