@@ -29,6 +29,8 @@ class Context:
         limits: Machine limits measured in this run, by name.
         skipped: Why each absent peer is absent.
         log: Notes printed under the table.
+        leveldb_sync: W1's LevelDB sync writes: ``off`` (the default topic), ``on`` (a topic with
+            ``<sync>true</sync>``) or ``both`` (one row each, same broker, same run).
     """
 
     sizes: Sizes
@@ -40,6 +42,7 @@ class Context:
     limits: dict[str, Figure] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+    leveldb_sync: str = "off"
     deadline: float = 0.0
 
     @property

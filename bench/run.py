@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every message/record count by this")
     p.add_argument("--ingest-keys", type=int, default=0,
                    help="W1's distinct keys (default: as many as messages; the issue's W1 is 1M over 100k)")
+    p.add_argument("--leveldb-sync", choices=("off", "on", "both"), default="off",
+                   help="W1 with LevelDB sync writes off (default), on, or both (two rows from one broker)")
     p.add_argument("--timeout", type=float, default=0.0, help="per-workload time bound in seconds")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and Markdown go")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (server logs, data)")
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = choose_sizes(args)
     workloads = selected(args)
     mode = sizes.mode + (f"-x{args.scale:g}" if args.scale != 1.0 else "") + (
-        f"-keys{args.ingest_keys}" if args.ingest_keys else "")
+        f"-keys{args.ingest_keys}" if args.ingest_keys else "") + (
+        f"-leveldb-sync-{args.leveldb_sync}" if args.leveldb_sync != "off" else "")
     started = time.monotonic()
     date = datetime.now(UTC)
     load_at_start = machine.load_average()
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
-    ctx = Context(sizes=sizes, workdir=workdir, nats_py=have.get("nats", False))
+    ctx = Context(sizes=sizes, workdir=workdir, nats_py=have.get("nats", False), leveldb_sync=args.leveldb_sync)
     profile_session = workdir / "broker.pyisession" if args.profile else None
     rows: list[Row] = []
     profile: dict[str, Any] | None = None

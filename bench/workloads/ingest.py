@@ -5,6 +5,11 @@ bottleneck), then ``publish_flush`` waits until the broker has applied them all;
 over that whole span. Peers: redis-benchmark ``HSET`` on random keys (AOF fsync every second, the
 closest to the broker's group-committed journal), and NATS KV ``put`` through nats-py with a window
 of requests in flight. Limit: a plain plyvel put loop (LevelDB, no journal, no network).
+
+``--leveldb-sync on|both`` also (or only) ingests into ``bench-ingest-sync``, the same topic with the
+LevelDB option ``<sync>true</sync>``: every SOW write is fsynced before the next publish is applied. That
+row has no peers (none of them fsyncs every write here); its limit is the machine's fsync rate, and its
+checks give the rate relative to sync off when both ran.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from bench.peertools import nats_connect, redis_benchmark, redis_figure, run_asy
 from bench.workloads.common import guard
 
 TOPIC = "bench-ingest"
+#: The same topic with LevelDB sync writes (bench/configs/bench.xml).
+SYNC_TOPIC = "bench-ingest-sync"
 
 
-def broker_ingest(ctx: Context) -> tuple[Figure, dict[str, Any]]:
-    """The broker's figure, and the checks (records in the SOW afterwards)."""
+def broker_ingest(ctx: Context, topic: str = TOPIC) -> tuple[Figure, dict[str, Any]]:
+    """The broker's figure ingesting into ``topic``, and the checks (records in the SOW afterwards)."""
     s = ctx.sizes
     assert ctx.broker is not None
     docs = [doc(i % s.ingest_keys) for i in range(s.ingest_messages)]
@@ -32,10 +39,10 @@ def broker_ingest(ctx: Context) -> tuple[Figure, dict[str, Any]]:
     try:
         meter = ctx.broker.meter()
         meter.start()
-        seconds = ampsclient.publish_all(client, TOPIC, docs, ctx.left())
+        seconds = ampsclient.publish_all(client, topic, docs, ctx.left())
         usage = meter.stop()
         # Not timed: the SOW must now hold one record per key.
-        cmd = AMPS.Command("sow").set_topic(TOPIC).set_batch_size(1000)
+        cmd = AMPS.Command("sow").set_topic(topic).set_batch_size(1000)
         records, _ = ampsclient.query(client, cmd, ctx.left())
     finally:
         ampsclient.close(client)
@@ -91,10 +98,22 @@ def nats_ingest(ctx: Context) -> Figure:
 
 
 def run(ctx: Context) -> list[Row]:
-    """W1's table row."""
-    s = ctx.sizes
-    broker, checks = broker_ingest(ctx)
-    peers = [guard(ctx, "redis", redis_ingest), guard(ctx, "nats", nats_ingest)]
-    return [Row("W1 ingest", f"{s.ingest_messages:,} upserts, {s.ingest_keys:,} keys", broker, peers,
-                ctx.limits.get("plyvel put"), checks)]
+    """W1's table rows: sync off (with the peers) and, when ``--leveldb-sync`` asks for it, sync on.
 
+    Both broker cases run back to back in the same broker, before the peers.
+    """
+    s = ctx.sizes
+    case = f"{s.ingest_messages:,} upserts, {s.ingest_keys:,} keys"
+    off = broker_ingest(ctx) if ctx.leveldb_sync in ("off", "both") else None
+    on = broker_ingest(ctx, SYNC_TOPIC) if ctx.leveldb_sync in ("on", "both") else None
+    rows: list[Row] = []
+    if off is not None:
+        peers = [guard(ctx, "redis", redis_ingest), guard(ctx, "nats", nats_ingest)]
+        label = case + (", leveldb sync=false" if on is not None else "")
+        rows.append(Row("W1 ingest", label, off[0], peers, ctx.limits.get("plyvel put"), off[1]))
+    if on is not None:
+        figure, checks = on
+        if off is not None and off[0].ok and figure.ok:
+            checks["rate_vs_sync_off"] = round(figure.goodness() / off[0].goodness(), 3)
+        rows.append(Row("W1 ingest", case + ", leveldb sync=true", figure, [], ctx.limits.get("fsync"), checks))
+    return rows
