@@ -67,3 +67,19 @@ def test_no_section_for_a_hook_that_does_not_exist() -> None:
     names = {fn.__name__ for fn in hooks()}
     documented = {m for h in headings() for m in re.findall(r"`(broker_\w+)\(", h)}
     assert documented == names
+
+
+@pytest.mark.parametrize(("kind", "name"), [("key_generators", "default"), ("key_generators", "chaining"),
+                                            ("storage_engines", "memory"), ("storage_engines", "leveldb")])
+def test_every_builtin_option_is_documented_in_its_section(kind: str, name: str) -> None:
+    from broker.plugins import build_plugin_manager
+
+    declared = getattr(build_plugin_manager(), kind).registration(name).options
+    assert declared is not None, f"the built-in {name!r} should declare its options (an OptionSet)"
+    text = DOC.read_text()
+    start = text.index(f"### Built-in: `{name}`")
+    section = text[start:prose(text).find("\n#", start + 1)]
+    missing = [option for option in declared.names() if f"`{option}`" not in section]
+    assert not missing, f"docs/plugins.md, Built-in: `{name}`, does not document {', '.join(missing)}"
+    if not declared.names():
+        assert "No options" in section
