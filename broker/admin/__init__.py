@@ -2,7 +2,7 @@
 actions. Implementation lives in :mod:`broker.admin.app` (the ASGI app) and :mod:`broker.admin.server`
 (hypercorn on trio)."""
 
-from broker.admin.app import AdminAction, AdminApp
+from broker.admin.app import AdminAction, AdminApp, AdminEndpoint
 from broker.admin.server import serve_admin
 
-__all__ = ["AdminAction", "AdminApp", "serve_admin"]
+__all__ = ["AdminAction", "AdminApp", "AdminEndpoint", "serve_admin"]

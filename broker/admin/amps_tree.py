@@ -275,7 +275,16 @@ class AmpsTreeBuilder:
                 for topic, t in sorted(snap["topics"].items())
             ],
             "actions": [
-                {"id": name, "runs": a["runs"], "failures": a["failures"]}
+                {
+                    "id": name,
+                    "runs": a["runs"],
+                    "failures": a["failures"],
+                    **{f"{outcome}_count": n for outcome, n in a["outcomes"].items()},
+                    "running": a["running"],
+                    "last_run_time": "" if a["last_run_start"] is None else format_timestamp(a["last_run_start"]),
+                    "last_run_duration": a["last_run_duration"],
+                    "trigger_failures": a["trigger_failures"],
+                }
                 for name, a in sorted(snap["actions"].items())
             ],
             "views": [],

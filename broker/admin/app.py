@@ -8,7 +8,9 @@ Routes:
   (see :mod:`broker.admin.amps_tree`); ``/amps`` and ``/amps/<path>`` without ``.json`` render the
   same node as browsable HTML, as AMPS's basic monitoring interface does.
 * ``GET|POST /amps/administrator/<action>``: runs ``admin_actions[<action>]`` (e.g.
-  ``actions/archive-journals``) and returns its text; ``/amps/administrator`` lists them.
+  ``actions/archive-journals``) and returns its text; ``/amps/administrator`` lists them. An
+  :class:`AdminEndpoint` (what an ``amps-action-on-admin`` action registers) also receives the query
+  parameters and chooses the status (400 for a missing parameter, 409 when busy, 500 on failure).
 * ``/`` redirects to ``/amps``. Anything else is 404; a known path with a wrong method is 405.
 
 The application never raises to the server: a failing statistics source or action is logged and
@@ -20,7 +22,8 @@ from __future__ import annotations
 import gzip
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,12 +36,39 @@ from broker.errors import BrokerError
 from broker.stats.collector import make_registry
 from broker.stats.snapshot import BrokerSnapshot
 
-__all__ = ["AdminAction", "AdminApp"]
+__all__ = ["AdminAction", "AdminApp", "AdminEndpoint"]
 
 log = logging.getLogger("broker.admin")
 
-#: An administrator action: runs, returns a short human-readable result.
-AdminAction = Callable[[], Awaitable[str]]
+
+@dataclass(frozen=True)
+class AdminEndpoint:
+    """An administrator action that reads the query parameters and chooses its HTTP status.
+
+    Attributes:
+        handler: ``await handler(parameters) -> (status, text)``; parameters are the query string's (the last
+            value of a repeated name wins; names keep their case).
+        name: Shown in the ``/amps/administrator`` listing.
+        description: Shown in the listing.
+        required: Parameter names shown in the listing (the handler checks them).
+    """
+
+    handler: Callable[[Mapping[str, str]], Awaitable[tuple[int, str]]]
+    name: str = ""
+    description: str = ""
+    required: tuple[str, ...] = ()
+
+    def listing(self) -> str:
+        """What the listing shows after the path: ``Name: Description (required parameters: A, B)``."""
+        text = ": ".join(part for part in (self.name, self.description) if part)
+        if self.required:
+            text += f" (required parameters: {', '.join(self.required)})"
+        return text.strip()
+
+
+#: An administrator action: a plain coroutine function returning a short human-readable result (answered
+#: 200), or an :class:`AdminEndpoint`.
+AdminAction = Callable[[], Awaitable[str]] | AdminEndpoint
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -94,7 +124,7 @@ class AdminApp:
             if method not in ("GET", "POST"):
                 await _method_not_allowed(send, "GET, POST")
                 return
-            await self._administrator(send, path[len(_ADMIN_PREFIX) :].strip("/"))
+            await self._administrator(send, path[len(_ADMIN_PREFIX) :].strip("/"), scope.get("query_string", b""))
         elif path in ("/amps", "/amps.json") or path.startswith("/amps/"):
             if method not in ("GET", "HEAD"):
                 await _method_not_allowed(send, "GET, HEAD")
@@ -144,9 +174,9 @@ class AdminApp:
             page = render_node(node, bare).encode()
             await _respond(send, 200, page, "text/html; charset=utf-8", head=method == "HEAD")
 
-    async def _administrator(self, send: Send, name: str) -> None:
+    async def _administrator(self, send: Send, name: str, query: bytes) -> None:
         if not name:
-            listing = "".join(f"{_ADMIN_PREFIX}/{n}\n" for n in sorted(self.admin_actions))
+            listing = "".join(_listing_line(n, a) for n, a in sorted(self.admin_actions.items()))
             await _respond(
                 send, 200, (listing or "No administrator actions are configured.\n").encode(), _TEXT
             )
@@ -157,8 +187,12 @@ class AdminApp:
             message = f"Unknown administrator action '{name}'. Configured: {known}.\n"
             await _respond(send, 404, message.encode(), _TEXT)
             return
+        status = 200
         try:
-            result = await action()
+            if isinstance(action, AdminEndpoint):
+                status, result = await action.handler(_parameters(query))
+            else:
+                result = await action()
         except BrokerError as exc:
             log.warning("administrator action %s failed: %s", name, exc)
             await _respond(send, 500, f"Action '{name}' failed: {exc}\n".encode(), _TEXT)
@@ -167,7 +201,18 @@ class AdminApp:
             log.exception("administrator action %s crashed", name)
             await _respond(send, 500, f"Action '{name}' crashed: {exc!r}\n".encode(), _TEXT)
             return
-        await _respond(send, 200, (result if result.endswith("\n") else result + "\n").encode(), _TEXT)
+        await _respond(send, status, (result if result.endswith("\n") else result + "\n").encode(), _TEXT)
+
+
+def _listing_line(name: str, action: AdminAction) -> str:
+    about = action.listing() if isinstance(action, AdminEndpoint) else ""
+    return f"{_ADMIN_PREFIX}/{name}{'  ' + about if about else ''}\n"
+
+
+def _parameters(query: bytes) -> dict[str, str]:
+    """The query string as name -> value (the last value of a repeated name; blank values kept)."""
+    pairs = parse_qs(query.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {name: values[-1] for name, values in pairs.items()}
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

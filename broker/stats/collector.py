@@ -27,7 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from broker.stats.snapshot import BrokerSnapshot, HistogramSnapshot
+from broker.stats.snapshot import ActionStats, BrokerSnapshot, HistogramSnapshot
 
 __all__ = ["METRICS", "BrokerCollector", "MetricSpec", "make_registry"]
 
@@ -106,8 +106,19 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_journal_records_appended_total", "counter", "Records appended to the transaction log."),
     _spec("broker_journal_fsync_seconds", "histogram", "Time taken by each transaction log fsync."),
     _spec("broker_replays_active", "gauge", "Bookmark replays currently reading the transaction log."),
-    _spec("broker_action_runs_total", "counter", "Runs of a configured action.", "action"),
-    _spec("broker_action_failures_total", "counter", "Failed runs of a configured action.", "action"),
+    _spec("broker_action_runs_total", "counter",
+          "Runs of a configured action, by outcome: success, failure (a step failed), skipped (an If gate "
+          "said no), busy (fired while still running, so not run).", "action", "outcome"),
+    _spec("broker_action_failures_total", "counter",
+          "Failed runs of a configured action (the same count as broker_action_runs_total{outcome=\"failure\"}).",
+          "action"),
+    _spec("broker_action_running", "gauge", "1 while a run of the action is in progress, else 0.", "action"),
+    _spec("broker_action_last_run_timestamp_seconds", "gauge",
+          "When the action's last run started (epoch seconds); absent before its first run.", "action"),
+    _spec("broker_action_last_run_duration_seconds", "gauge",
+          "How long the action's last run took; absent before its first run.", "action"),
+    _spec("broker_action_trigger_failures_total", "counter",
+          "Triggers of the action that failed after starting (they no longer fire; see the log).", "action"),
 )  # fmt: skip
 
 _BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
@@ -225,9 +236,23 @@ class BrokerCollector(Collector):
             yield _histogram("broker_journal_fsync_seconds", journal["fsync"])
             yield _scalar("broker_replays_active", journal["replays_active"])
 
-        actions = snap["actions"]
-        yield _labelled("broker_action_runs_total", _column(actions, "runs"))
-        yield _labelled("broker_action_failures_total", _column(actions, "failures"))
+        yield from _action_families(snap["actions"])
+
+
+def _action_families(actions: Mapping[str, ActionStats]) -> Iterator[Metric]:
+    runs = _family("broker_action_runs_total")
+    for name, a in sorted(actions.items()):
+        for outcome, count in a["outcomes"].items():
+            runs.add_metric([name, outcome], count)
+    yield runs
+    yield _labelled("broker_action_failures_total", _column(actions, "failures"))
+    yield _labelled("broker_action_running", [(n, float(a["running"])) for n, a in sorted(actions.items())])
+    yield _labelled("broker_action_last_run_timestamp_seconds",
+                    [(n, a["last_run_start"]) for n, a in sorted(actions.items()) if a["last_run_start"] is not None])
+    yield _labelled("broker_action_last_run_duration_seconds",
+                    [(n, a["last_run_duration"]) for n, a in sorted(actions.items())
+                     if a["last_run_duration"] is not None])
+    yield _labelled("broker_action_trigger_failures_total", _column(actions, "trigger_failures"))
 
 
 def make_registry(

@@ -26,6 +26,7 @@ import time
 from typing import TypedDict
 
 __all__ = [
+    "ActionOutcomes",
     "ActionStats",
     "BrokerSnapshot",
     "ClientStats",
@@ -159,11 +160,25 @@ class JournalStats(TypedDict):
     records_appended: int  # cumulative
 
 
-class ActionStats(TypedDict):
-    """One configured action."""
+class ActionOutcomes(TypedDict):
+    """Runs of one action by outcome (cumulative)."""
 
-    runs: int
-    failures: int
+    success: int  # every step ran
+    failure: int  # a step failed (the later ones were skipped)
+    skipped: int  # an If gate said no
+    busy: int  # fired while still running: this run did not happen
+
+
+class ActionStats(TypedDict):
+    """One configured action (by its name: the first ``On``'s ``Name``, else ``action-<n>``)."""
+
+    runs: int  # runs that happened: success + failure + skipped
+    failures: int  # = outcomes["failure"]
+    outcomes: ActionOutcomes
+    last_run_start: float | None  # epoch seconds; None before the first run
+    last_run_duration: float | None  # seconds
+    running: bool
+    trigger_failures: int  # triggers that crashed after starting (they no longer fire)
 
 
 class BrokerSnapshot(TypedDict):

@@ -72,7 +72,12 @@ class SyntheticSource:
                 "records": 0, "inserts": 0, "updates": 0, "deletes": 0, "queries": 0, "expirations": 0,
             },
         }  # fmt: skip
-        snap["actions"] = {"archive-journals": {"runs": 0, "failures": 0}}
+        snap["actions"] = {
+            "archive-journals": {
+                "runs": 0, "failures": 0, "outcomes": {"success": 0, "failure": 0, "skipped": 0, "busy": 0},
+                "last_run_start": None, "last_run_duration": None, "running": False, "trigger_failures": 0,
+            },
+        }  # fmt: skip
         if with_journal:
             snap["journal"] = {
                 "files": {"active": 1, "archived": 0, "compressed": 0},
@@ -122,7 +127,14 @@ class SyntheticSource:
         self.latency.observe(0.0003)
         self.latency.observe(0.02 * self.step)
         s["latency"] = self.latency.snapshot()
-        s["actions"]["archive-journals"]["runs"] += 1
+        action = s["actions"]["archive-journals"]
+        outcome = ("success", "failure", "busy")[self.step % 3]
+        action["outcomes"][outcome] += 1
+        action["runs"] = sum(n for o, n in action["outcomes"].items() if o != "busy")
+        action["failures"] = action["outcomes"]["failure"]
+        action["last_run_start"] = 1_700_000_000.0 + self.step
+        action["last_run_duration"] = 0.25 * self.step
+        action["running"] = self.step % 2 == 1
         journal = s["journal"]
         if journal is not None:
             self.fsync.observe(0.002)

@@ -101,3 +101,25 @@ def test_select_wraps_the_node_from_the_root() -> None:
     assert select(tree, ["instance", "nope"]) is None
     assert select(tree, ["instance", "name", "deeper"]) is None
     assert select(tree, ["instance", "sow", "zzz"]) is None
+
+
+def test_actions_show_outcomes_and_last_run() -> None:
+    builder = AmpsTreeBuilder(clock=lambda: 1000.0)
+    snap = empty_snapshot("x")
+    snap["actions"] = {
+        "nightly": {
+            "runs": 3, "failures": 1, "outcomes": {"success": 1, "failure": 1, "skipped": 1, "busy": 2},
+            "last_run_start": 1_700_000_000.5, "last_run_duration": 1.5, "running": True, "trigger_failures": 0,
+        },
+        "never": {
+            "runs": 0, "failures": 0, "outcomes": {"success": 0, "failure": 0, "skipped": 0, "busy": 0},
+            "last_run_start": None, "last_run_duration": None, "running": False, "trigger_failures": 0,
+        },
+    }  # fmt: skip
+    actions = {a["id"]: a for a in builder.build(snap)["amps"]["instance"]["actions"]}
+    assert actions["nightly"] == {
+        "id": "nightly", "runs": "3", "failures": "1", "success_count": "1", "failure_count": "1",
+        "skipped_count": "1", "busy_count": "2", "running": "true", "last_run_time": "20231114T221320.500000Z",
+        "last_run_duration": "1.50", "trigger_failures": "0",
+    }  # fmt: skip
+    assert (actions["never"]["last_run_time"], actions["never"]["last_run_duration"]) == ("", "")

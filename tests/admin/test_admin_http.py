@@ -12,7 +12,7 @@ import trio
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.admin import serve_admin
+from broker.admin import AdminEndpoint, serve_admin
 from broker.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
@@ -83,8 +83,13 @@ async def test_metrics_values_equal_the_snapshot(admin_port, source, http) -> No
     assert value(found, "broker_replays_active") == journal["replays_active"]
     assert value(found, "broker_journal_fsync_seconds_count") == journal["fsync"]["count"]
     for name, action in snap["actions"].items():
-        assert value(found, "broker_action_runs_total", action=name) == action["runs"]
-        assert value(found, "broker_action_failures_total", action=name) == action["failures"]
+        for outcome, n in action["outcomes"].items():
+            assert value(found, "broker_action_runs_total", action=name, outcome=outcome) == n
+        assert value(found, "broker_action_failures_total", action=name) == action["outcomes"]["failure"]
+        assert value(found, "broker_action_running", action=name) == float(action["running"])
+        assert value(found, "broker_action_last_run_timestamp_seconds", action=name) == action["last_run_start"]
+        assert value(found, "broker_action_last_run_duration_seconds", action=name) == action["last_run_duration"]
+        assert value(found, "broker_action_trigger_failures_total", action=name) == action["trigger_failures"]
     assert value(found, "broker_instance_info", name="synthetic", version="9.9.9") == 1
     assert 3725 < value(found, "broker_uptime_seconds") < 3725 + 60
 
@@ -362,6 +367,40 @@ async def test_administrator_actions_registry(nursery, source, http) -> None:
         "/amps/administrator/actions/archive",
         "/amps/administrator/actions/broken",
     ]
+
+
+async def test_endpoints_get_query_parameters_and_choose_their_status(nursery, source, http) -> None:
+    seen: list[dict[str, str]] = []
+
+    async def archive(parameters) -> tuple[int, str]:
+        seen.append(dict(parameters))
+        if "AGE" not in parameters:
+            return 400, "AGE is required"
+        return 200, f"archived journals older than {parameters['AGE']}"
+
+    actions = {
+        "actions/archive": AdminEndpoint(archive, name="Archive Journals", description="Archive old journals",
+                                         required=("AGE",)),
+        "actions/plain": lambda: _text("plain"),
+    }
+    port = await nursery.start(partial(serve_admin, "127.0.0.1", 0, source, admin_actions=actions))
+    base = f"http://127.0.0.1:{port}/amps/administrator"
+
+    ok = await http(f"{base}/actions/archive?AGE=12h&Mixed=A%20b&x=1&x=2&empty=")
+    assert (ok.status, ok.text) == (200, "archived journals older than 12h\n")
+    assert seen[-1] == {"AGE": "12h", "Mixed": "A b", "x": "2", "empty": ""}  # case kept, last value wins
+    refused = await http(f"{base}/actions/archive?age=12h")
+    assert (refused.status, refused.text) == (400, "AGE is required\n")
+    assert (await http(f"{base}/actions/plain?ignored=1")).text == "plain\n"
+    listing = await http(base)
+    assert listing.text.splitlines() == [
+        "/amps/administrator/actions/archive  Archive Journals: Archive old journals (required parameters: AGE)",
+        "/amps/administrator/actions/plain",
+    ]
+
+
+async def _text(value: str) -> str:
+    return value
 
 
 # ------------------------------------------------------------------------------------------------
