@@ -10,8 +10,9 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from broker import __version__
 from broker.config.model import LoggingConfig
@@ -82,7 +83,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run the broker until SIGTERM/SIGINT."""
+    """Run the broker until SIGTERM, SIGINT or SIGHUP (unless an action binds SIGHUP), or until an action
+    asks for a shutdown. Either way the on-shutdown actions run first and the exit code is 0."""
     import trio
 
     from broker.server.kernel import Broker
@@ -94,15 +96,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         broker = Broker(config)
-        async with trio.open_nursery() as nursery:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
+        # opens later, inside) takes SIGHUP over while it runs, as an explicit AMPS action does.
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
                 await nursery.start(broker.serve)
                 log.info("broker %s ready (instance %s)", __version__, config.name)
-                async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
-                    break
-            nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_DEADLINE
-            nursery.cancel_scope.cancel()
+                reason = await _wait_for_stop(signals, broker)
+                log.info("%s, shutting down", reason)
+                async with trio.open_nursery() as stopping:  # a second signal stops waiting for the actions
+                    stopping.start_soon(_cancel_on_signal, signals, stopping.cancel_scope)
+                    await broker.shutdown_actions()
+                    stopping.cancel_scope.cancel()
+                nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_DEADLINE
+                nursery.cancel_scope.cancel()
         log.info("broker stopped")
 
     try:
@@ -110,6 +117,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except BaseExceptionGroup as group:
         raise _single_broker_error(group) from None
     return 0
+
+
+#: Signals that stop the broker cleanly (SIGHUP only where it exists, and not while an action binds it).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+async def _wait_for_stop(signals: AsyncIterator[int], broker: Any) -> str:
+    """Wait for a stop signal or ``broker.stop_requested``; returns why, for the log."""
+    import trio
+
+    why: list[str] = []
+    async with trio.open_nursery() as nursery:
+
+        async def on_signal() -> None:
+            async for signum in signals:
+                why.append(f"received {signal.Signals(signum).name}")
+                break
+            nursery.cancel_scope.cancel()
+
+        async def on_request() -> None:
+            await broker.stop_requested.wait()
+            why.append(f"shutdown requested ({broker.stop_reason})")
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(on_signal)
+        nursery.start_soon(on_request)
+    return why[0]
+
+
+async def _cancel_on_signal(signals: AsyncIterator[int], scope: Any) -> None:
+    async for signum in signals:
+        log.warning("received %s again: not waiting for the on-shutdown actions", signal.Signals(signum).name)
+        scope.cancel()
+        return
 
 
 def _single_broker_error(group: BaseExceptionGroup) -> BaseException:

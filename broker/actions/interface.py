@@ -16,7 +16,8 @@ holding ``{{VAR}}`` are left as written). It returns a :class:`Trigger`, a :clas
 A run: a trigger calls ``await fire(variables)``. The runtime (:mod:`broker.actions.runtime`) skips the run if
 the same action is still running (two runs of one action never overlap), otherwise, for each gate and step in
 order, substitutes ``{{VAR}}`` in its options (the trigger's variables plus ``AMPS_INSTANCE_NAME``,
-``AMPS_DATETIME``, ``AMPS_UNIX_TIMESTAMP``), parses them with the module's declared :class:`OptionSet` and
+``AMPS_DATETIME``, ``AMPS_UNIX_TIMESTAMP``; an undefined variable expands to the empty string, as in AMPS,
+and is logged; see :mod:`broker.actions.variables`), parses them with the module's declared :class:`OptionSet` and
 calls it with a :class:`RunContext`. A gate that answers ``False`` skips the rest of the run; a step that
 raises fails the run: it is logged with the action's name and the step, counted, and the later steps are
 skipped. The broker keeps serving either way.
@@ -30,7 +31,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -180,7 +181,8 @@ class RunContext:
         options: The options with ``{{VAR}}`` substituted, parsed by the module's declared ``OptionSet`` (text
             values when the module declared none).
         variables: The run's variables (the trigger's plus ``AMPS_INSTANCE_NAME``, ``AMPS_DATETIME``,
-            ``AMPS_UNIX_TIMESTAMP``).
+            ``AMPS_UNIX_TIMESTAMP``). One mapping is shared by the run's gates and steps: a step may add
+            variables for the ones after it (``ctx.variables["PRICE"] = "12"``), as AMPS's context does.
         host: The broker.
         log: The logger to report on (``broker.actions``).
     """
@@ -188,7 +190,7 @@ class RunContext:
     action: str
     module: str
     options: Mapping[str, Any]
-    variables: Mapping[str, str]
+    variables: MutableMapping[str, str]
     host: ActionHost
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("broker.actions"))
 

@@ -1,9 +1,15 @@
 """The kernel: builds a broker from its config and runs it as one trio nursery tree.
 
-Lifecycle (hypercorn-style nesting): resources (plugins, storage, journal) are opened first, then side
-tasks (journal syncer, expiration sweeper, admin server), then the transports' listeners, each reporting
-``task_status.started``. Cancelling the tree stops accepting, closes clients, syncs the journal and
-closes storage.
+Lifecycle (hypercorn-style nesting): resources (plugins, action modules, storage, journal) are opened first,
+then side tasks (journal syncer, expiration sweeper, admin server), then the transports' listeners, then the
+action triggers (so ``amps-action-on-startup`` runs as the last step of start-up), each reporting
+``task_status.started``.
+
+Stopping: :meth:`Broker.shutdown_actions` runs the ``amps-action-on-shutdown`` actions while everything
+still serves (the CLI calls it on SIGTERM/SIGINT/SIGHUP or :meth:`Broker.request_stop`, then cancels).
+Cancelling the tree stops accepting and closes clients; the ``serve`` finally then runs the shutdown
+actions if nobody did (shielded, with a deadline: the engine and the journal still work), syncs and closes
+the journal and closes storage.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import re
 import time
 from collections import deque
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from broker import __version__
+from broker.actions.host import BrokerHost
+from broker.actions.runtime import ActionRuntime
 from broker.config.model import Config, SowTopicConfig
 from broker.engine.engine import Engine
 from broker.engine.topics import is_regex_topic
@@ -40,6 +49,9 @@ log = logging.getLogger("broker")
 
 #: The version string sent in logon acks (the client parses dotted parts of at most two digits).
 WIRE_VERSION = "5.3.4.0"
+
+#: Seconds the on-shutdown actions may take before the broker stops without them.
+SHUTDOWN_ACTIONS_DEADLINE = 30.0
 
 
 class Broker:
@@ -62,6 +74,15 @@ class Broker:
         self.resolved = resolve_plugins(config, self.plugins)
         for warning in self.resolved.warnings:
             log.warning("%s", warning)
+        #: Administrator actions served by the Admin server (``amps-action-on-admin`` adds to it).
+        self.admin_actions: dict[str, Any] = {}
+        #: Set by :meth:`request_stop` (an action asked for a clean shutdown); the CLI waits on it.
+        self.stop_requested = trio.Event()
+        self.stop_reason = ""
+        #: What action modules may ask of the broker, and the actions (every factory is called here).
+        self.action_host = BrokerHost(self)
+        self.actions = ActionRuntime(self.resolved.actions, self.action_host)
+        self._serving = False
         self.message_type = get_message_type
         self.sessions: set[Any] = set()
         self.counters: dict[str, int] = {
@@ -265,17 +286,45 @@ class Broker:
                 for transport in self.config.transports:
                     addrs = await nursery.start(serve_transport, transport, self)
                     self.addresses.extend(addrs)
+                if len(self.actions):
+                    await nursery.start(self.actions.serve)
+                self._serving = True
                 task_status.started(self.addresses)
         finally:
             with trio.CancelScope(shield=True):
+                await self.shutdown_actions()
                 await self.aclose()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask for a clean shutdown (``amps-action-do-shutdown``): whoever runs the broker (the CLI) stops it
+        as it would on SIGTERM."""
+        log.info("shutdown requested: %s", reason)
+        if not self.stop_requested.is_set():
+            self.stop_reason = reason
+            self.stop_requested.set()
+
+    async def shutdown_actions(self) -> None:
+        """The first step of shutdown: run the on-shutdown actions (each trigger's ``shutdown``) in file order.
+
+        Runs once, and only if the broker started; gives up after ``SHUTDOWN_ACTIONS_DEADLINE`` seconds.
+        The journal and the engine still work here (a shutdown action's SOW delete is journaled).
+        """
+        if not self._serving or not len(self.actions):
+            return
+        self._serving = False
+        with trio.move_on_after(SHUTDOWN_ACTIONS_DEADLINE) as scope:
+            await self.actions.shutdown()
+        if scope.cancelled_caught:
+            log.error("the on-shutdown actions did not finish within %.0fs; stopping without them",
+                      SHUTDOWN_ACTIONS_DEADLINE)
 
     async def _start_admin(self, nursery: trio.Nursery) -> None:
         admin = self.config.admin
         assert admin is not None
         from broker.admin.server import serve_admin  # hypercorn is loaded only when <Admin> is configured
 
-        self.admin_port = await nursery.start(serve_admin, admin.host, admin.port, self.statistics)
+        self.admin_port = await nursery.start(partial(serve_admin, admin_actions=self.admin_actions),
+                                              admin.host, admin.port, self.statistics)
         log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
 
     async def aclose(self) -> None:
@@ -332,7 +381,7 @@ class Broker:
             "oof": dict(c.oof),
             "latency": self.latency.snapshot(),
             "journal": journal,
-            "actions": {},
+            "actions": self.actions.statistics(),
         }
 
     async def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
