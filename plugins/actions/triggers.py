@@ -168,13 +168,13 @@ class OnShutdown(Trigger):
 class OnSignal(Trigger):
     """``amps-action-on-signal``: runs the action each time the process receives ``Signal``."""
 
-    #: Signal number -> owner, across the process (a signal has one handler per process).
+    #: Signal number -> who binds it, across the process (a signal has one handler per process).
     _bound: ClassVar[dict[int, str]] = {}
 
     def __init__(self, options: Mapping[str, str]) -> None:
         opts = SIGNAL_OPTIONS.parse(options, owner="amps-action-on-signal")
         self.signal_name: str = opts["Signal"]
-        self.label = opts["Name"] or self.signal_name
+        self.label = f"action {opts['Name']!r}" if opts["Name"] else "another action"
 
     async def serve(self, fire: Fire, host: ActionHost, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -186,8 +186,8 @@ class OnSignal(Trigger):
         """
         signum = int(getattr(signal, self.signal_name))
         if signum in self._bound:
-            raise ActionError(f"{self.signal_name} is already bound by action {self._bound[signum]!r}: one "
-                              "action per signal; put the steps of both in one <Action>")
+            raise ActionError(f"{self.signal_name} is already bound by {self._bound[signum]}: one action per "
+                              "signal; put the steps of both in one <Action>")
         self._bound[signum] = self.label
         started = False
         try:
@@ -196,7 +196,7 @@ class OnSignal(Trigger):
                     task_status.started()
                     started = True
                     async for _ in received:
-                        log.info("received %s: running action %r", self.signal_name, self.label)
+                        log.info("received %s: running its action", self.signal_name)
                         runs.start_soon(fire, {"AMPS_SIGNAL": self.signal_name})
         except RuntimeError as exc:
             if started:
