@@ -10,6 +10,7 @@ import pytest
 
 from broker.actions.interface import ActionError, RunContext
 from broker.plugins import Registry
+from broker.testing.actions import FakeHost, GateConformance, check_gate
 from broker_plugins.actions import gates
 
 REGISTRY = Registry("action")
@@ -17,16 +18,17 @@ gates.broker_register_actions(REGISTRY)
 
 
 async def check(name: str, options: Mapping[str, str], variables: Mapping[str, str] | None = None) -> bool:
-    """Build the gate, substitute ``{{VAR}}`` and parse its options as the runtime does, then check once."""
-    registration = REGISTRY.registration(name)
-    gate = registration.factory(dict(options))
-    values = dict(variables or {})
-    text = dict(options)
-    for key, value in values.items():
-        text = {k: v.replace("{{" + key + "}}", value) for k, v in text.items()}
-    parsed = registration.options.parse(text, owner=name)
-    return await gate.check(RunContext(action="guard", module=name, options=parsed, variables=values,
-                                       host=None))  # type: ignore[arg-type] - gates do not use the host
+    """Check the gate once as a run does (substitution, option parsing); it must answer."""
+    result = await check_gate(gates, name, options, variables=variables, host=FakeHost())
+    assert result.outcome in ("success", "false"), result.message
+    return result.outcome == "success"
+
+
+async def failure(name: str, options: Mapping[str, str], variables: Mapping[str, str] | None = None) -> str:
+    """The reason of a check that must fail the run."""
+    result = await check_gate(gates, name, options, variables=variables, host=FakeHost())
+    assert result.outcome == "failure", result
+    return result.message
 
 
 class _Stat:
@@ -52,8 +54,10 @@ async def test_usage_of_a_real_file_system(tmp_path: Path) -> None:
 
 
 async def test_usage_of_a_missing_path_fails_with_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(ActionError, match=r"cannot measure the file system of Path '.*missing'.*give an existing"):
-        await check("amps-action-if-file-system-usage", {"Path": str(tmp_path / "missing"), "GreaterThan": "9%"})
+    reason = await failure("amps-action-if-file-system-usage", {"Path": str(tmp_path / "missing"),
+                                                                "GreaterThan": "9%"})
+    assert reason.startswith(f"cannot measure the file system of Path '{tmp_path / 'missing'}': No such file")
+    assert "give an existing file or directory" in reason
 
 
 def test_usage_options_are_checked() -> None:
@@ -65,8 +69,9 @@ def test_usage_options_are_checked() -> None:
 
 
 @pytest.mark.parametrize(("condition", "variables", "expected"), [
-    ("{{AMPS_UNIX_TIMESTAMP}} > 1700000000", {"AMPS_UNIX_TIMESTAMP": "1800000000"}, True),
-    ("{{AMPS_UNIX_TIMESTAMP}} > 1700000000", {"AMPS_UNIX_TIMESTAMP": "1600000000"}, False),
+    ("{{LAST_SEEN}} > 1700000000", {"LAST_SEEN": "1800000000"}, True),
+    ("{{LAST_SEEN}} > 1700000000", {"LAST_SEEN": "1600000000"}, False),
+    ("{{AMPS_UNIX_TIMESTAMP}} > 1700000000", {}, True),  # the fake host's clock is in 2024
     ("'{{STATUS}}' = 'down'", {"STATUS": "down"}, True),
     ("'{{STATUS}}' IN ('up', 'starting')", {"STATUS": "down"}, False),
     # Variables are also fields of the message the condition is evaluated against.
@@ -86,9 +91,8 @@ async def test_a_bad_condition_is_a_clear_error() -> None:
     assert problem.startswith("option <Condition>: is not a valid filter: expected a value")
     assert declared.problems({"Condition": "{{X}} > 3"}, templates=True) == []
     # Substituted into something that does not parse: the run fails, naming the option.
-    with pytest.raises(Exception, match=r"option <Condition>: is not a valid filter") as info:
-        await check("amps-action-if-condition", {"Condition": "{{X}} > 3"}, {"X": "'a"})
-    assert "amps-action-if-condition" in str(info.value)
+    reason = await failure("amps-action-if-condition", {"Condition": "{{X}} > 3"}, {"X": "'a"})
+    assert reason.startswith("amps-action-if-condition: option <Condition>: is not a valid filter")
 
 
 async def test_condition_rejects_text_that_does_not_compile_when_unparsed() -> None:
@@ -97,3 +101,17 @@ async def test_condition_rejects_text_that_does_not_compile_when_unparsed() -> N
                      variables={}, host=None)  # type: ignore[arg-type]
     with pytest.raises(ActionError, match="Condition is not a valid AMPS filter after substitution"):
         await gate.check(ctx)
+
+
+class TestFileSystemUsageConformance(GateConformance):
+    plugin = gates
+    name = "amps-action-if-file-system-usage"
+    options = {"Path": ".", "GreaterThan": "100%"}
+    expected = False  # no file system is more than 100% full
+
+
+class TestConditionConformance(GateConformance):
+    plugin = gates
+    name = "amps-action-if-condition"
+    options = {"Condition": "'{{AMPS_INSTANCE_NAME}}' = 'test-broker'"}
+    expected = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,11 +153,36 @@ def test_broker_serve_logs_to_the_configured_file(tmp_path: Path) -> None:
         <FileName>logs/%Y/broker-%n.log</FileName><Level>info</Level></Target></Logging>""").start()
     try:
         (path,) = (tmp_path / "logs").glob("*/broker-00000.log")  # the %Y directory was created
-        deadline = time.monotonic() + 10
-        while "ready (instance test-broker)" not in path.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_text(path, "ready (instance test-broker)")
         assert "] info: broker: broker " in path.read_text()
     finally:
         assert proc.stop() == 0
     assert "ready" not in proc.log()  # the file target replaced stderr
     assert "broker stopped" in path.read_text()
+
+
+def test_rotate_logs_on_a_signal_opens_the_next_file(tmp_path: Path) -> None:
+    proc = BrokerProcess.from_xml(tmp_path, extra="""
+        <Logging><Target><Protocol>file</Protocol><FileName>logs/broker-%n.log</FileName></Target></Logging>
+        <Actions><Action>
+          <On><Module>amps-action-on-signal</Module><Options><Signal>SIGUSR1</Signal></Options></On>
+          <Do><Module>amps-action-do-rotate-logs</Module></Do>
+          <Do><Module>amps-action-do-echo-message</Module><Options><Message>rotated</Message></Options></Do>
+        </Action></Actions>""").start()
+    first, second = tmp_path / "logs" / "broker-00000.log", tmp_path / "logs" / "broker-00001.log"
+    try:
+        _wait_for_text(first, "ready (instance test-broker)")
+        assert proc.proc is not None
+        proc.proc.send_signal(signal.SIGUSR1)
+        _wait_for_text(second, "rotated")
+    finally:
+        assert proc.stop() == 0
+    assert "rotated" not in first.read_text()
+    assert "broker stopped" in second.read_text()
+
+
+def _wait_for_text(path: Path, text: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and text in path.read_text()):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.05)
