@@ -144,3 +144,18 @@ def test_remove_journal_leaves_a_tail_and_the_sow(tmp_path: Path, broker_factory
     messages = _replay(client, "orders", total - first_left + 1, make_collector)
     assert _numbers(messages) == list(range(first_left - 1, total))  # the replay starts where the tail begins
     assert int(messages[0]["bookmark"].split("|")[1]) == first_left
+
+
+def test_kill_9_while_journals_are_archived_and_compressed(
+        tmp_path: Path, broker_factory: Callable[..., BrokerProcess], client_factory: Callable,
+        make_collector: Callable) -> None:
+    broker = broker_factory(transaction_log=TXLOG, extra=_every_second("archive", "compress"))
+    total = 300
+    _publish(client_factory(broker.uri), "events", total)  # flushed: every message is persisted
+    # Kill while the action works through the files just sealed (a copy may be half written).
+    _wait(lambda: any(f.archived for f in _files(tmp_path)), "a journal archived", timeout=10)
+    broker.kill()
+    broker.start()
+    assert _numbers(_replay(client_factory(broker.uri), "events", total, make_collector)) == list(range(total))
+    _wait(lambda: sum(f.compressed for f in _files(tmp_path)) >= 2, "the rest compressed after the restart")
+    assert _numbers(_replay(client_factory(broker.uri), "events", total, make_collector)) == list(range(total))
