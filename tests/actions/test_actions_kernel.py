@@ -48,6 +48,8 @@ class Note(Step):
 
     async def run(self, ctx: RunContext) -> str:
         EVENTS.append(ctx.options["Text"])
+        if ctx.options.get("Sleep"):
+            await trio.sleep(float(ctx.options["Sleep"]))
         if ctx.options.get("Stop"):
             ctx.host.request_shutdown(ctx.options["Stop"])
         return "noted"
@@ -252,3 +254,32 @@ async def test_a_step_can_ask_the_broker_to_stop(tmp_path: Path) -> None:
             await broker.stop_requested.wait()
         assert broker.stop_reason == "disk above 95%"
         nursery.cancel_scope.cancel()
+
+
+async def test_shutdown_actions_have_a_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    import broker.server.kernel as kernel
+
+    monkeypatch.setattr(kernel, "SHUTDOWN_ACTIONS_DEADLINE", 0.3)
+    broker = make_broker(tmp_path, """<Action><On><Module>amps-action-on-shutdown</Module></On>
+      <Do><Module>test-note</Module><Options><Text>hung</Text><Sleep>3600</Sleep></Options></Do></Action>""")
+    began = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        nursery.cancel_scope.cancel()
+    assert trio.current_time() - began < 5
+    assert EVENTS == ["hung"]
+    assert any("the on-shutdown actions did not finish within 0s; stopping without them" in r.getMessage()
+               for r in caplog.records)
+    assert broker.actions.statistics()["action-1"]["outcomes"]["failure"] == 1  # counted as cut short
+
+
+async def test_a_rest_action_without_admin_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    broker = make_broker(tmp_path, """<Action><On><Module>amps-action-on-admin</Module>
+      <Options><Path>archive</Path><Name>Archive</Name></Options></On><Do><Module>test-note</Module></Do></Action>""")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        nursery.cancel_scope.cancel()
+    assert any(r.levelno == logging.WARNING and "action 'Archive' (Path archive): no <Admin> is configured, so it "
+               "cannot be requested; add <Admin><InetAddr>8085</InetAddr></Admin>" in r.getMessage()
+               for r in caplog.records)

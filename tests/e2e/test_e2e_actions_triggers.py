@@ -137,6 +137,21 @@ def test_an_unbound_sighup_is_a_clean_shutdown(make_broker, tmp_path: Path) -> N
     assert "received SIGHUP, shutting down" in proc.log()
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
+def test_a_second_sigterm_stops_waiting_for_the_shutdown_actions(make_broker, tmp_path: Path) -> None:
+    nap = "<Do><Module>test-nap</Module><Options><Seconds>600</Seconds></Options></Do>"
+    proc = make_broker(actions(on("shutdown", Name="slow") + write("events.txt", "down") + nap))
+    assert proc.proc is not None
+    wait_until(lambda: "ready" in proc.log(), what="ready")
+    proc.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: lines(tmp_path / "events.txt") == ["down"], what="the shutdown action")
+    began = time.monotonic()
+    proc.proc.send_signal(signal.SIGTERM)
+    assert exit_code(proc, timeout=10) == 0
+    assert time.monotonic() - began < 5
+    assert "received SIGTERM again: not waiting for the on-shutdown actions" in proc.log()
+
+
 def test_a_schedule_fires_repeatedly(make_broker, tmp_path: Path) -> None:
     out = tmp_path / "ticks.txt"
     make_broker(actions(on("schedule", Every="1s", Name="tick") + write("ticks.txt", "{{AMPS_UNIX_TIMESTAMP}}")))
