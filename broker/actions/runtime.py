@@ -138,10 +138,14 @@ async def run_module(kind: str, name: str, obj: Gate | Step, options: Mapping[st
         assert isinstance(obj, Step)
         said = await obj.run(ctx)
         return StepResult(name, kind, "success", "" if said is None else str(said)), None
-    except BrokerError as exc:
-        return StepResult(name, kind, "failure", str(exc)), None
     except Exception as exc:  # a plugin's bug fails the run, never the broker
-        return StepResult(name, kind, "failure", f"{type(exc).__name__}: {exc}"), exc
+        return StepResult(name, kind, "failure", describe(exc)), None if isinstance(exc, BrokerError) else exc
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the user: a :class:`~broker.errors.BrokerError`'s message as written, anything else
+    (a plugin's bug) with its type (``KeyError: 'File'``)."""
+    return str(exc) if isinstance(exc, BrokerError) else f"{type(exc).__name__}: {exc}"
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -205,7 +209,7 @@ class ActionRuntime:
             obj = resolved.factory(dict(resolved.options))
         except Exception as exc:
             issues.append(ConfigIssue(where.file, where.line, where.path,
-                                      f"action module {resolved.name!r} refused its options: {exc}"))
+                                      f"action module {resolved.name!r} refused its options: {describe(exc)}"))
             return None
         if not isinstance(obj, expected):
             issues.append(ConfigIssue(where.file, where.line, where.path,
@@ -310,7 +314,7 @@ class ActionRuntime:
             await trigger.obj.serve(action.fire, self.host, task_status=status)  # type: ignore[arg-type]
         except Exception as exc:
             causes = _leaves(exc)
-            why = "; ".join(str(e) for e in causes)
+            why = "; ".join(describe(e) for e in causes)
             if not status.started_:
                 raise ActionError(f"action {action.name!r} ({trigger.where}): {trigger.name} could not start: "
                                   f"{why}") from exc
@@ -328,12 +332,12 @@ class ActionRuntime:
                              trio.current_time() - action.running_since)
             return RunResult(action.name, "busy")
         began = action.running_since = trio.current_time()
-        now = self.host.now()
-        action.last_start = now.timestamp()
-        context: dict[str, str] = {**variables, **builtin_variables(self.host.instance_name, now)}
         results: list[StepResult] = []
         outcome = "success"
         try:
+            now = self.host.now()
+            action.last_start = now.timestamp()
+            context: dict[str, str] = {**variables, **builtin_variables(self.host.instance_name, now)}
             for module in action.steps:
                 if outcome != "success":
                     results.append(StepResult(module.name, module.kind, "skipped"))
@@ -348,7 +352,7 @@ class ActionRuntime:
                                    module.where, result.message, exc_info=crash)
                 elif result.outcome == "false":
                     outcome = "skipped"
-        except BaseException:  # cancelled mid-run (the broker is stopping): count it, then let it go
+        except BaseException:  # cancelled mid-run (the broker is stopping), or a host bug: count it, let it go
             outcome = "failure"
             results.append(StepResult("(run)", "do", "failure", "cancelled: the broker is stopping"))
             raise

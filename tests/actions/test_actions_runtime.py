@@ -257,8 +257,8 @@ def test_factory_errors_are_config_errors_with_file_and_line() -> None:
         ActionRuntime([action([ref("manual", Manual)], ("do", ref("paint", refuses, line=12)),
                               ("if", ref("record", Record, line=13)))], FakeHost())
     assert [str(i) for i in caught.value.issues] == [
-        "config.xml:12: /AMPSConfig/Actions/x[12]: action module 'paint' refused its options: Colour must be red "
-        "or blue",
+        "config.xml:12: /AMPSConfig/Actions/x[12]: action module 'paint' refused its options: ValueError: Colour "
+        "must be red or blue",
         "config.xml:13: /AMPSConfig/Actions/x[13]: action module 'record' returned 'Record'; an <If> module must "
         "return a broker.actions.Gate (is the module in the right element?)",
     ]
@@ -291,7 +291,7 @@ async def test_a_trigger_failing_to_start_stops_start_up_and_one_failing_later_i
     errors = leaves(caught.value)
     assert len(errors) == 1 and isinstance(errors[0], ActionError)
     assert str(errors[0]) == ("action 'action-1' (config.xml:4: /AMPSConfig/Actions/x[4]): broken could not start: "
-                              "port 80 is taken")
+                              "OSError: port 80 is taken")
     later = ActionRuntime([action([ref("broken", Broken, {"Later": "yes"})], ("do", ref("record", Record))),
                            action([ref("manual", Manual)], ("do", ref("record", Record)))], FakeHost())
     async with trio.open_nursery() as nursery:
@@ -300,7 +300,7 @@ async def test_a_trigger_failing_to_start_stops_start_up_and_one_failing_later_i
         assert (await later.fire("action-2")).outcome == "success"  # the rest keeps working
         nursery.cancel_scope.cancel()
     assert later.statistics()["action-1"]["trigger_failures"] == 1
-    assert any("trigger broken failed and no longer fires: port 80 is taken" in r.getMessage()
+    assert any("trigger broken failed and no longer fires: OSError: port 80 is taken" in r.getMessage()
                for r in caplog.records)
 
 
