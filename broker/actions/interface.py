@@ -205,7 +205,8 @@ class Trigger(abc.ABC):
 
         Started in the broker's nursery once every transport listens (so a startup trigger fires "as the
         last step of start-up"); call ``task_status.started()`` once ready. Cancelled at shutdown, after
-        :meth:`shutdown`.
+        :meth:`shutdown` (when the broker is cancelled from outside rather than stopped by a signal or a
+        shutdown request, :meth:`shutdown` is called after the cancellation).
         """
 
     async def shutdown(self, fire: Fire, host: ActionHost) -> None:  # noqa: B027 - optional
