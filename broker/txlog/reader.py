@@ -147,14 +147,18 @@ class JournalReader:
             and start.after_sequence >= until_sequence
         ):
             return
-        files = self.files()
-        if not files:
-            return
+        # Hold every file before listing them, so that journal removal (which checks this registry) cannot
+        # take a listed file away between the listing and the registration of the real position.
         reg = next(_ids)
-        pos = self._start_position(files, start)
         with _registry_lock:
-            _active[reg] = (self._instance, files[pos].index)
+            _active[reg] = (self._instance, -1)
         try:
+            files = self.files()
+            if not files:
+                return
+            pos = self._start_position(files, start)
+            with _registry_lock:
+                _active[reg] = (self._instance, files[pos].index)
             last_seq = 0
             first = True
             while True:
