@@ -130,6 +130,12 @@ class _Resolver:
             ok = key_generator is not None
         ref = topic.storage or PluginRef(topic.storage_engine, where=topic.where)
         storage = self.resolve(self.plugins.storage_engines, ref.module, ref.options, ref.where, label=label)
+        if storage is not None and storage.name == "leveldb" and not topic.file_name:
+            # The built-in engine needs a path; say so at check time rather than when the broker starts.
+            self.issues.append(_issue(ref.where, f"{label}: the leveldb storage engine keeps the topic at its "
+                                      "<FileName>: add <FileName>./sow/%n.sow</FileName> (and no "
+                                      "<Durability>transient</Durability>), or choose another engine"))
+            storage = None
         if not ok or storage is None:
             return None
         return TopicPlugins(key_generator, storage)
@@ -164,8 +170,8 @@ def resolve_plugins(config: Config, plugins: PluginManager) -> ResolvedPlugins:
             warnings.append(_issue(action.where, f"this action uses {names}, which the broker does not implement "
                                    "yet; the action is ignored", "warning"))
             continue
-        on = [resolver.resolve(plugins.actions, r.module, r.options, r.where, label="<On>", templates=True)
-              for r in action.on]
+        # Trigger options are read once, when the broker starts: no run variables exist yet to substitute.
+        on = [resolver.resolve(plugins.actions, r.module, r.options, r.where, label="<On>") for r in action.on]
         steps = [(kind, resolver.resolve(plugins.actions, r.module, r.options, r.where, label=f"<{kind.title()}>",
                                          templates=True))
                  for kind, r in (action.steps or tuple(("do", d) for d in action.do))]

@@ -32,7 +32,7 @@ from broker.actions.runtime import ActionRuntime
 from broker.config.model import Config, SowTopicConfig
 from broker.engine.engine import Engine
 from broker.engine.topics import is_regex_topic
-from broker.errors import BrokerError, CommandError, ConfigError, PluginError
+from broker.errors import BrokerError, CommandError, ConfigError
 from broker.expr import compile_filter, compile_order_by
 from broker.memo import Memo
 from broker.messagetypes import get_message_type
@@ -150,8 +150,8 @@ class Broker:
             storage = chosen.storage.factory(StorageSpec(
                 topic=cfg.name, path=cfg.file_name if engine_name != "memory" else None,
                 options=dict(chosen.storage.options)))
-        except (ConfigError, PluginError) as exc:
-            raise ConfigError(f"{where}: storage engine {engine_name!r} refused its options: {exc}") from None
+        except BrokerError as exc:
+            raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic: {exc}") from None
         topic = SowTopic(
             name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
@@ -161,7 +161,7 @@ class Broker:
         if cfg.expiration is not None:
             topic.rebuild_expiry_index()
         log.info("SOW topic %s: %s storage%s, %d records", cfg.name, engine_name,
-                 f" at {cfg.file_name}" if engine_name != "memory" else "", storage.count())
+                 f" at {cfg.file_name}" if cfg.file_name and engine_name != "memory" else "", storage.count())
         return topic
 
     def _open_journal(self) -> None:
