@@ -30,10 +30,7 @@ _ELISION = re.compile(r"^\s*# \.\.\.\s*$", re.M)
 
 #: Sections whose examples are not files yet, by the hook in their heading, with who is on it. Their tests
 #: are expected to fail until then (not strict: they pass as soon as the file exists).
-_PENDING = {
-    "broker_register_actions": "the actions section is being rewritten with the action runtime",
-    "broker_register_filter_functions": "no example file for filter functions yet",
-}
+_PENDING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
