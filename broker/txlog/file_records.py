@@ -10,7 +10,7 @@ from typing import BinaryIO
 import zstandard
 
 from broker.txlog.files import COMPRESSED_SUFFIX
-from broker.txlog.records import HEADER_SIZE, CorruptRecord, record_length
+from broker.txlog.records import MIN_HEADER_SIZE, CorruptRecord, record_length
 
 #: Bytes read from a file at a time.
 CHUNK = 1 << 20
@@ -45,14 +45,14 @@ def iter_raw(f: BinaryIO, offset: int = 0) -> Iterator[tuple[int, bytes]]:
     pos = 0
     base = offset
     eof = False
-    need = HEADER_SIZE
+    need = MIN_HEADER_SIZE
     while True:
         available = len(buf) - pos
         if available < need:
             if eof:
-                if available == 0 and need == HEADER_SIZE:
+                if available == 0 and need == MIN_HEADER_SIZE:
                     return
-                what = "header" if need == HEADER_SIZE else "record"
+                what = "header" if need == MIN_HEADER_SIZE else "record"
                 raise CorruptRecord(
                     base + pos, f"file ends {available} bytes into a {need}-byte {what}", truncated=True
                 )
@@ -64,14 +64,14 @@ def iter_raw(f: BinaryIO, offset: int = 0) -> Iterator[tuple[int, bytes]]:
             base += pos
             pos = 0
             continue
-        if need == HEADER_SIZE:
-            length = record_length(buf[pos : pos + HEADER_SIZE], base + pos)
+        if need == MIN_HEADER_SIZE:
+            length = record_length(buf[pos : pos + MIN_HEADER_SIZE], base + pos)
             if available < length:
                 need = length
                 continue
         else:
             length = need
-        need = HEADER_SIZE
+        need = MIN_HEADER_SIZE
         yield base + pos, buf[pos : pos + length]
         pos += length
 
@@ -90,8 +90,8 @@ def first_header(path: Path) -> bytes | None:
     """
     with open_journal_file(path) as f:
         header = b""
-        while len(header) < HEADER_SIZE:
-            more = f.read(HEADER_SIZE - len(header))
+        while len(header) < MIN_HEADER_SIZE:
+            more = f.read(MIN_HEADER_SIZE - len(header))
             if not more:
                 return None
             header += more

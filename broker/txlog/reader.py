@@ -160,11 +160,16 @@ class JournalReader:
             with _registry_lock:
                 _active[reg] = (self._instance, files[pos].index)
             last_seq = 0
+            prev_index: int | None = None
             first = True
             while True:
                 for jf in files[pos:]:
                     with _registry_lock:
                         _active[reg] = (self._instance, jf.index)
+                    # Sequence gaps are legitimate (the writer's raise_sequence_floor skips sequences); only a
+                    # missing file index next to a sequence jump means records are missing.
+                    missing = prev_index is not None and jf.index != prev_index + 1
+                    prev_index = jf.index
                     offset = self.index.seek(jf.index, start.after_sequence, start.from_timestamp_ns) if first else 0
                     first = False
                     for rec in self._file_records(jf, offset, until_sequence):
@@ -172,9 +177,12 @@ class JournalReader:
                             continue  # overlap of a duplicated file (crash during archive/compress)
                         if until_sequence is not None and rec.sequence > until_sequence:
                             return
-                        if last_seq and rec.sequence != last_seq + 1:
-                            self._note(f"gap in {self._instance}'s journal: sequence {last_seq} is followed by "
-                                       f"{rec.sequence} in {jf.path} (files removed or moved elsewhere?)")
+                        if missing:
+                            missing = False
+                            if rec.sequence != last_seq + 1:
+                                self._note(f"gap in {self._instance}'s journal: sequence {last_seq} is followed by "
+                                           f"{rec.sequence} in {jf.path}, and the files before it are missing "
+                                           "(removed, or moved elsewhere?)")
                         last_seq = rec.sequence
                         if start.includes(rec.sequence, rec.timestamp_ns):
                             yield rec
@@ -188,11 +196,8 @@ class JournalReader:
                 pos = 0
                 if not files:
                     break
-            if until_sequence is not None and last_seq < until_sequence:
-                raise JournalError(
-                    f"replay of {self._instance} ended at sequence {last_seq} before the durable sequence "
-                    f"{until_sequence}: journal files are missing from {self._dir}"
-                )
+            # Ending below until_sequence is no error: the sequences after the last record may have been
+            # skipped (raise_sequence_floor after a cut tail), and what does not exist cannot be replayed.
         finally:
             with _registry_lock:
                 _active.pop(reg, None)

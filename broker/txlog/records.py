@@ -1,7 +1,8 @@
 """The journal record format: one self-checking record per logged command.
 
-Pure: no file handling, no trio. Every integer is little-endian. A record is a fixed 56-byte header followed
-by five variable fields in this order: topic (UTF-8), SOW key, message type (UTF-8), correlation id, data.
+Pure: no file handling, no trio. Every integer is little-endian. A record is a fixed header (64 bytes in format
+version 2, 56 in version 1) followed by five variable fields in this order: topic (UTF-8), SOW key, message
+type (UTF-8), correlation id, data.
 
 ======  ====  =====================================================================================
 offset  size  field
@@ -13,7 +14,7 @@ offset  size  field
 24      8     ``publisher_hash``: hash of the publishing client's name, 0 when unknown (u64)
 32      8     ``publisher_seq``: the publisher's ``s`` header, 0 when absent (u64)
 40      1     ``command``: :class:`Command` (u8)
-41      1     ``version``: :data:`FORMAT_VERSION` (u8)
+41      1     ``version``: :data:`FORMAT_VERSION` (2) when written; 1 is still read (u8)
 42      2     topic length (u16)
 44      2     SOW key length (u16)
 46      1     message type length (u8)
@@ -21,7 +22,12 @@ offset  size  field
 48      2     correlation id length (u16)
 50      2     reserved, 0 (u16)
 52      4     data length (u32)
+56      8     ``expiration_ns``: when the message expires, ns since the epoch, 0 = never (u64; version 2 only)
 ======  ====  =====================================================================================
+
+Version 1 records (written before expiration times were journaled) have the same first 56 bytes and no
+``expiration_ns``: they decode with ``expiration_ns=0``. The first :data:`MIN_HEADER_SIZE` bytes are enough to
+validate a header of either version and learn the record's length.
 
 ``length`` must equal the header size plus the five variable lengths, which catches most torn headers even
 before the CRC is checked. A zero ``length`` is never written; readers treat it like any other bad length.
@@ -35,13 +41,19 @@ from dataclasses import dataclass
 
 import google_crc32c
 
-#: Bumped when the layout changes; readers refuse records of another version.
-FORMAT_VERSION = 1
+#: The version written. Bumped when the layout changes; readers refuse versions they do not know.
+FORMAT_VERSION = 2
 
-_HEADER = struct.Struct("<IIQQQQBBHHBBHHI")
+_HEADER = struct.Struct("<IIQQQQBBHHBBHHI")  # the part common to every version
+_HEADER_V2 = struct.Struct("<IIQQQQBBHHBBHHIQ")
+_EXPIRATION = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
-#: Size of the fixed part of a record.
-HEADER_SIZE = _HEADER.size
+#: Bytes that validate a header of any version and give the record's length (the version 1 header).
+MIN_HEADER_SIZE = _HEADER.size
+#: Size of the fixed part of a record as written (version 2).
+HEADER_SIZE = _HEADER_V2.size
+#: Fixed part size per known format version.
+HEADER_SIZES = {1: MIN_HEADER_SIZE, 2: HEADER_SIZE}
 #: Largest record accepted (1 GiB): a bigger ``length`` can only be a corrupt header.
 MAX_RECORD_SIZE = 1 << 30
 
@@ -93,6 +105,8 @@ class Record:
         publisher_seq: The publisher's own sequence ``s``, 0 when absent.
         message_type: Message type name (``json``, ``xml``, ...).
         correlation_id: The publisher's correlation id, empty when none.
+        expiration_ns: When the message expires (ns since the epoch, UTC); 0 when it never does (and for
+            records of format version 1).
     """
 
     sequence: int
@@ -105,6 +119,7 @@ class Record:
     publisher_seq: int = 0
     message_type: str = "json"
     correlation_id: bytes = b""
+    expiration_ns: int = 0
 
 
 class CorruptRecord(Exception):
@@ -146,7 +161,7 @@ def encode(record: Record) -> bytes:
     return encode_fields(
         record.sequence, record.timestamp_ns, int(record.command), record.topic.encode(), bytes(record.data),
         _as_bytes(record.sow_key), record.publisher_hash, record.publisher_seq, record.message_type.encode(),
-        _as_bytes(record.correlation_id),
+        _as_bytes(record.correlation_id), record.expiration_ns,
     )
 
 
@@ -161,6 +176,7 @@ def encode_fields(
     publisher_seq: int,
     message_type: bytes,
     correlation_id: bytes,
+    expiration_ns: int = 0,
 ) -> bytes:
     """:func:`encode` without building a :class:`Record` (the writer's hot path); text fields as bytes.
 
@@ -176,13 +192,14 @@ def encode_fields(
     if length > MAX_RECORD_SIZE:
         raise ValueError(f"record of {length} bytes exceeds the journal maximum of {MAX_RECORD_SIZE}")
     try:
-        header = _HEADER.pack(
+        header = _HEADER_V2.pack(
             length, 0, sequence, timestamp_ns, publisher_hash, publisher_seq,
-            command, FORMAT_VERSION, tlen, klen, mlen, 0, clen, 0, dlen,
+            command, FORMAT_VERSION, tlen, klen, mlen, 0, clen, 0, dlen, expiration_ns,
         )
     except struct.error:
         raise ValueError(
-            "sequence, timestamp_ns, publisher_hash and publisher_seq must be unsigned 64-bit integers"
+            "sequence, timestamp_ns, publisher_hash, publisher_seq and expiration_ns must be unsigned 64-bit "
+            "integers"
         ) from None
     # One join and one CRC call beat checksumming field by field for the usual small records.
     body = b"".join((header[8:], topic, sow_key, message_type, correlation_id, data))
@@ -194,20 +211,21 @@ def record_length(header: bytes | memoryview, offset: int = 0) -> int:
     """Validate a record header and return the record's total length.
 
     Args:
-        header: At least :data:`HEADER_SIZE` bytes starting at the record.
+        header: At least :data:`MIN_HEADER_SIZE` bytes starting at the record.
         offset: The record's position in its file (for the error message only).
 
     Raises:
         CorruptRecord: The header is short or inconsistent.
     """
-    if len(header) < HEADER_SIZE:
-        raise CorruptRecord(offset, f"only {len(header)} of {HEADER_SIZE} header bytes", truncated=True)
+    if len(header) < MIN_HEADER_SIZE:
+        raise CorruptRecord(offset, f"only {len(header)} of {MIN_HEADER_SIZE} header bytes", truncated=True)
     (length, _crc, _seq, _ts, _ph, _ps, cmd, version, tlen, klen, mlen, _r1, clen, _r2, dlen) = _HEADER.unpack_from(
         header
     )
-    if version != FORMAT_VERSION:
+    size = HEADER_SIZES.get(version)
+    if size is None:
         raise CorruptRecord(offset, f"unknown format version {version}")
-    if length != HEADER_SIZE + tlen + klen + mlen + clen + dlen or length > MAX_RECORD_SIZE:
+    if length != size + tlen + klen + mlen + clen + dlen or length > MAX_RECORD_SIZE:
         raise CorruptRecord(offset, f"length {length} does not match the field lengths")
     if cmd not in _COMMANDS:
         raise CorruptRecord(offset, f"unknown command code {cmd}")
@@ -232,7 +250,7 @@ def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[Record
             the CRC does not match (``truncated=False``).
     """
     view = memoryview(buf)
-    length = record_length(view[offset : offset + HEADER_SIZE], offset)
+    length = record_length(view[offset : offset + MIN_HEADER_SIZE], offset)
     end = offset + length
     if end > len(view):
         raise CorruptRecord(offset, f"record of {length} bytes but only {len(view) - offset} left", truncated=True)
@@ -250,12 +268,19 @@ def decode_exact(rec: bytes, offset: int = 0) -> Record:
         CorruptRecord: The CRC does not match or a text field is not valid UTF-8.
     """
     # google_crc32c only accepts bytes, hence the slices (copies) rather than memoryviews.
-    (length, crc, seq, ts, phash, pseq, cmd, _v, tlen, klen, mlen, _r1, clen, _r2, dlen) = _HEADER.unpack_from(rec)
+    (length, crc, seq, ts, phash, pseq, cmd, version, tlen, klen, mlen, _r1, clen, _r2, dlen) = _HEADER.unpack_from(
+        rec
+    )
     actual = google_crc32c.extend(google_crc32c.value(rec[0:4]), rec[8:length])
     view = memoryview(rec)
     if actual != crc:
         raise CorruptRecord(offset, f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
-    pos = HEADER_SIZE
+    if version == FORMAT_VERSION:
+        (expiration,) = _EXPIRATION.unpack_from(rec, MIN_HEADER_SIZE)
+        pos = HEADER_SIZE
+    else:
+        expiration = 0
+        pos = MIN_HEADER_SIZE
     try:
         topic = str(view[pos : pos + tlen], "utf-8")
         pos += tlen
@@ -268,7 +293,7 @@ def decode_exact(rec: bytes, offset: int = 0) -> Record:
     corr = bytes(view[pos : pos + clen])
     pos += clen
     data = bytes(view[pos : pos + dlen])
-    return Record(seq, ts, _COMMANDS[cmd], topic, data, key, phash, pseq, mtype, corr)
+    return Record(seq, ts, _COMMANDS[cmd], topic, data, key, phash, pseq, mtype, corr, expiration)
 
 
 def peek_sequence_timestamp(header: bytes | memoryview) -> tuple[int, int]:

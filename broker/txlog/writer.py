@@ -130,6 +130,7 @@ class JournalWriter:
         self._last_seq = 0
         self._last_ts = 0
         self._durable = 0
+        self._floor = 0
         self._opened = False
         self._closed = False
         self._failed: BaseException | None = None
@@ -204,6 +205,8 @@ class JournalWriter:
             last_file = self._recover(files)
             files = list_files(self._dir, self._archive, self._instance)
             self._rebuild_dedup(files)
+            if self._floor > self._last_seq:
+                self._last_seq = self._durable = self._floor
             self._open_current(files, last_file)
         except OSError as exc:
             raise JournalError(f"cannot open the transaction log in {self._dir}: {exc}") from exc
@@ -264,10 +267,11 @@ class JournalWriter:
         covered, table = snap if snap is not None else (0, {})
         if covered > self._last_seq:
             log.warning(
-                "publisher snapshot covers sequence %d but the journal ends at %d (files removed?); "
-                "continuing the sequence after %d so bookmarks keep increasing",
+                "publisher snapshot covers sequence %d but the journal ends at %d (its tail was cut or files "
+                "were removed); continuing the sequence after %d so bookmarks keep increasing",
                 covered, self._last_seq, covered,
             )
+            # Nothing is pending at open: the sequences skipped are "durable" in that none will ever exist.
             self._last_seq = self._durable = covered
         else:
             # Only the files that may hold records after the snapshot are read: walk back to the last file
@@ -348,6 +352,7 @@ class JournalWriter:
         message_type: str = "json",
         correlation_id: bytes | str = b"",
         timestamp_ns: int | None = None,
+        expiration_ns: int = 0,
     ) -> tuple[int, str]:
         """Give a command its sequence and bookmark and buffer its record. Not durable until :meth:`sync`.
 
@@ -361,6 +366,8 @@ class JournalWriter:
             correlation_id: The publisher's correlation id.
             timestamp_ns: The time to record; default now. Timestamps never decrease: an earlier value is
                 raised to the last one logged, so replay by time stays a suffix of the journal.
+            expiration_ns: When the message expires (absolute, ns since the epoch, UTC); 0 when it never
+                does. Journaled so that a SOW rebuilt from the journal expires what it should.
 
         Returns:
             ``(sequence, bookmark)``.
@@ -383,6 +390,7 @@ class JournalWriter:
                     data, sow_key.encode() if isinstance(sow_key, str) else sow_key, phash, pseq,
                     message_type.encode(),
                     correlation_id.encode() if isinstance(correlation_id, str) else correlation_id,
+                    expiration_ns,
                 )
             except ValueError as exc:
                 raise JournalError(f"cannot journal a {command} on {topic!r}: {exc}") from None
@@ -397,6 +405,27 @@ class JournalWriter:
         if pseq:
             self.dedup.note_appended(phash, pseq)
         return seq, format_bookmark(self.instance_hash, seq)
+
+    def raise_sequence_floor(self, sequence: int) -> None:
+        """Make the next sequence handed out greater than ``sequence`` (no effect when it already is).
+
+        For start-up recovery: the SOW may hold bookmarks of records the journal lost (a cut tail, files
+        removed), and a sequence must never be handed out twice. The sequences skipped are a legitimate gap:
+        no record has them, readers pass over them (they are not damage), and :attr:`durable_sequence`
+        covers them as soon as nothing appended before is pending (at once when called before serving,
+        else at the next :meth:`sync`). May be called before :meth:`open`; the floor then applies after
+        recovery.
+
+        Args:
+            sequence: The highest sequence known to have been handed out.
+        """
+        with self._sync_lock, self._lock:
+            self._floor = max(self._floor, sequence)
+            if not self._opened or sequence <= self._last_seq:
+                return
+            self._last_seq = sequence
+            if not self._buffer:  # no sync is running (we hold its lock) and nothing is pending
+                self._durable = max(self._durable, sequence)
 
     def sync(self) -> int:
         """Write what was appended and make it durable (one fsync for the whole batch).
@@ -419,6 +448,9 @@ class JournalWriter:
             if self._failed is not None:
                 raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")
             if not batch:
+                # Nothing pending: every sequence up to ``last`` is on disk or was skipped by
+                # raise_sequence_floor (no record will ever have it).
+                self._durable = max(self._durable, last)
                 return self._durable
             if self._fd < 0:
                 raise JournalError("the journal writer is closed")

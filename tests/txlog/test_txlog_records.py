@@ -30,6 +30,7 @@ records = st.builds(
     publisher_seq=U64,
     message_type=st.sampled_from(["json", "xml", "binary", "nvfix"]),
     correlation_id=st.binary(max_size=20),
+    expiration_ns=U64,
 )
 
 
@@ -126,3 +127,40 @@ def test_txlog_imports_neither_trio_nor_the_server() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _encode_v1(rec: Record) -> bytes:
+    """A record as format version 1 wrote it (56-byte header, no expiration)."""
+    import struct
+
+    import google_crc32c
+
+    topic, mtype = rec.topic.encode(), rec.message_type.encode()
+    fields = (topic, rec.sow_key, mtype, rec.correlation_id, rec.data)
+    length = 56 + sum(map(len, fields))
+    header = struct.pack("<IIQQQQBBHHBBHHI", length, 0, rec.sequence, rec.timestamp_ns, rec.publisher_hash,
+                         rec.publisher_seq, int(rec.command), 1, len(topic), len(rec.sow_key), len(mtype), 0,
+                         len(rec.correlation_id), 0, len(rec.data))
+    body = header[8:] + b"".join(fields)
+    crc = google_crc32c.extend(google_crc32c.value(header[:4]), body)
+    return header[:4] + struct.pack("<I", crc) + body
+
+
+def test_version_1_records_decode_with_no_expiration() -> None:
+    old = [Record(1, 10, Command.PUBLISH, "orders", b'{"id":1}', b"k1", 7, 1),
+           Record(2, 11, Command.SOW_DELETE, "", b"", message_type="")]  # 56 bytes: shorter than a v2 header
+    new = Record(3, 12, Command.PUBLISH, "orders", b"{}", expiration_ns=1_700_000_000_000_000_000)
+    buf = b"".join(_encode_v1(r) for r in old) + encode(new)
+    assert len(_encode_v1(old[1])) == 56
+    found, end, error = scan(buf)
+    assert error is None and end == len(buf)
+    assert found == [*old, new]
+    assert [r.expiration_ns for r in found] == [0, 0, 1_700_000_000_000_000_000]
+
+
+def test_version_2_header_is_64_bytes_with_expiration_at_56() -> None:
+    raw = encode(Record(1, 2, Command.PUBLISH, "", b"", message_type="", expiration_ns=5))
+    assert HEADER_SIZE == 64 == len(raw)
+    assert raw[41] == 2 and int.from_bytes(raw[56:64], "little") == 5
+    with pytest.raises(CorruptRecord, match="CRC"):
+        decode(raw[:56] + (6).to_bytes(8, "little"))  # the expiration is covered by the CRC
