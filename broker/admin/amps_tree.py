@@ -302,6 +302,10 @@ class AmpsTreeBuilder:
                 "durable_sequence": journal["durable_sequence"],
                 "records_appended": journal["records_appended"],
                 "replays_active": journal["replays_active"],
+                "disk_full": int(journal.get("disk_full", False)),
+                "damaged_records": journal.get("damaged_records", 0),
+                "damaged_bytes": journal.get("damaged_bytes", 0),
+                "replay_failures": journal.get("replay_failures", 0),
                 "write_latency": _histogram_tree(journal["fsync"]),
             }
         return instance

@@ -82,6 +82,10 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_protocol_errors_total", "counter",
           "Client connections closed because they sent malformed AMPS frames."),
     _spec("broker_commands_failed_total", "counter", "Client commands answered with a failure ack."),
+    _spec("broker_publishes_refused_total", "counter",
+          "Publishes (and SOW deletes) refused with a failure ack and applied to nothing, by reason: "
+          "journal_full (the transaction log's disk is full), storage_failed (the SOW storage failed to write).",
+          "reason"),
     _spec("broker_subscriptions", "gauge", "Current subscriptions, by kind.", "kind"),
     _spec("broker_paginated_subscriptions", "gauge",
           "Paginated sow_and_subscribe windows (top_n with skip_n) currently live."),
@@ -106,6 +110,15 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_journal_records_appended_total", "counter", "Records appended to the transaction log."),
     _spec("broker_journal_fsync_seconds", "histogram", "Time taken by each transaction log fsync."),
     _spec("broker_replays_active", "gauge", "Bookmark replays currently reading the transaction log."),
+    _spec("broker_journal_disk_full", "gauge",
+          "1 while the transaction log cannot be written because its disk is full (publishes to logged topics "
+          "are refused; the broker retries and resumes by itself), else 0."),
+    _spec("broker_journal_damaged_records_total", "counter",
+          "Damaged transaction log records met (at start-up or by replays)."),
+    _spec("broker_journal_damaged_bytes_total", "counter", "Bytes of the damaged transaction log records met."),
+    _spec("broker_replay_failures_total", "counter",
+          "Bookmark replays ended by a transaction log problem (the client got a failure notice and stayed "
+          "connected)."),
     _spec("broker_action_runs_total", "counter",
           "Runs of a configured action, by outcome: success, failure (a step failed), skipped (an If gate "
           "said no), busy (fired while still running, so not run).", "action", "outcome"),
@@ -211,6 +224,9 @@ class BrokerCollector(Collector):
         yield _scalar("broker_slow_client_disconnects_total", counters["slow_client_disconnects"])
         yield _scalar("broker_protocol_errors_total", counters["protocol_errors"])
         yield _scalar("broker_commands_failed_total", counters["commands_failed"])
+        refused = counters.get("publishes_refused", {})
+        yield _labelled("broker_publishes_refused_total",
+                        [("journal_full", refused.get("journal", 0)), ("storage_failed", refused.get("storage", 0))])
         yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
         pagination = snap["pagination"]
         yield _scalar("broker_paginated_subscriptions", pagination["paginated_subscriptions"])
@@ -235,6 +251,10 @@ class BrokerCollector(Collector):
             yield _scalar("broker_journal_records_appended_total", journal["records_appended"])
             yield _histogram("broker_journal_fsync_seconds", journal["fsync"])
             yield _scalar("broker_replays_active", journal["replays_active"])
+            yield _scalar("broker_journal_disk_full", float(journal.get("disk_full", False)))
+            yield _scalar("broker_journal_damaged_records_total", journal.get("damaged_records", 0))
+            yield _scalar("broker_journal_damaged_bytes_total", journal.get("damaged_bytes", 0))
+            yield _scalar("broker_replay_failures_total", journal.get("replay_failures", 0))
 
         yield from _action_families(snap["actions"])
 

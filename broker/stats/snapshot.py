@@ -80,6 +80,9 @@ class Counters(TypedDict):
     slow_client_disconnects: int  # connections closed because their outbound buffer overflowed
     protocol_errors: int  # connections closed because of malformed frames
     commands_failed: int  # commands answered with a failure ack
+    # publishes (and sow deletes) refused unapplied, by cause: "journal" (the transaction log's disk is full),
+    # "storage" (the SOW storage failed to write)
+    publishes_refused: dict[str, int]
 
 
 class ClientStats(TypedDict):
@@ -158,6 +161,10 @@ class JournalStats(TypedDict):
     fsync: HistogramSnapshot  # seconds per fsync
     replays_active: int  # bookmark replays currently reading the journal
     records_appended: int  # cumulative
+    disk_full: bool  # the journal cannot be written (disk full): publishes to logged topics are refused
+    damaged_records: int  # cumulative: damaged journal records met (at start-up or by replays)
+    damaged_bytes: int  # cumulative: bytes of those records
+    replay_failures: int  # cumulative: bookmark replays ended by a journal problem (the client was told)
 
 
 class ActionOutcomes(TypedDict):
@@ -239,6 +246,7 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
             "slow_client_disconnects": 0,
             "protocol_errors": 0,
             "commands_failed": 0,
+            "publishes_refused": {"journal": 0, "storage": 0},
         },
         "clients": [],
         "topics": {},
