@@ -15,7 +15,9 @@ from broker.txlog.bookmarks import (
     parse_bookmark,
     parse_timestamp,
 )
+from broker.txlog.damage import DamageCounter, DamagedRange
 from broker.txlog.dedup import PublisherDedup
+from broker.txlog.errors import JournalDamageError, JournalFullError
 from broker.txlog.files import FileState, JournalFile, journal_name, list_files
 from broker.txlog.index import JournalIndex
 from broker.txlog.maintenance import archive_file, compress_file, remove_file
@@ -28,8 +30,12 @@ __all__ = [
     "NOW",
     "Command",
     "CorruptRecord",
+    "DamageCounter",
+    "DamagedRange",
     "FileState",
     "JournalFile",
+    "JournalDamageError",
+    "JournalFullError",
     "JournalIndex",
     "JournalReader",
     "JournalStatistics",

@@ -33,6 +33,7 @@ from typing import BinaryIO
 import zstandard
 
 from broker.errors import JournalError
+from broker.faults import fault_point
 from broker.txlog.file_records import CHUNK
 from broker.txlog.files import (
     COMPRESSED_SUFFIX,
@@ -42,6 +43,7 @@ from broker.txlog.files import (
     parse_name,
 )
 from broker.txlog.reader import lowest_file_in_use
+from broker.txlog.summary import summary_path
 
 __all__ = [
     "PassResult",
@@ -106,6 +108,7 @@ def replace_with_copy(src: Path, dest: Path, copy: Callable[[BinaryIO, BinaryIO]
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(dest.parent)
+    fault_point("archive-mid-copy")
     os.unlink(src)
     fsync_directory(src.parent)
     return dest
@@ -220,6 +223,7 @@ def remove_file(
     try:
         os.unlink(src)
         fsync_directory(src.parent)
+        summary_path(Path(journal_directory or src.parent), instance, index).unlink(missing_ok=True)
     except OSError as exc:
         raise JournalError(f"cannot remove {src}: {exc}") from exc
 

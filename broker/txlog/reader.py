@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from broker.errors import JournalError
 from broker.txlog.bookmarks import ReplayStart
+from broker.txlog.damage import DamageCounter, DamagedRange, load, walk
 from broker.txlog.file_records import first_header, iter_raw, open_journal_file
 from broker.txlog.files import JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
@@ -52,6 +53,10 @@ class JournalReader:
         archive_directory: The JournalArchiveDirectory, if any.
         instance_name: Whose files to read; ``None`` means the only instance found in the directories.
         index: The index shared with the writer (and other readers); a private one when omitted.
+        damaged_records: ``stop`` (default): a replay with ``until_sequence`` that meets a damaged record
+            raises :class:`~broker.txlog.errors.JournalDamageError`; ``skip``: it passes over the damaged
+            range (counted in ``damage``, logged once) and goes on with the next valid record.
+        damage: Where skipped ranges are counted (the writer's, shared); a private counter when omitted.
 
     Raises:
         JournalError: ``instance_name`` is ``None`` and files of several instances are present.
@@ -64,8 +69,13 @@ class JournalReader:
         *,
         instance_name: str | None = None,
         index: JournalIndex | None = None,
+        damaged_records: str = "stop",
+        damage: DamageCounter | None = None,
     ) -> None:
         self._dir = Path(directory)
+        self._skip_damage = damaged_records == "skip"
+        #: Damaged ranges skipped by this reader's replays (shared with the writer when given).
+        self.damage = damage if damage is not None else DamageCounter()
         self._archive = Path(archive_directory) if archive_directory is not None else None
         if instance_name is None:
             found = sorted({f.instance for f in list_files(self._dir, self._archive)})
@@ -77,8 +87,8 @@ class JournalReader:
         self._instance = safe_instance(instance_name) if instance_name else ""
         self.index = index if index is not None else JournalIndex()
         self._pinned: list[JournalFile] | None = None
-        #: Problems met by replays, as messages: gaps in the sequence (files removed) and, for replays without
-        #: ``until_sequence`` (which skip to the next file), damaged records.
+        #: Problems met by replays, as messages: missing files, cut tails and, for replays without
+        #: ``until_sequence`` (which pass over damage and go on) or skipping damage, damaged ranges.
         self.problems: list[str] = []
 
     @classmethod
@@ -127,15 +137,17 @@ class JournalReader:
             start: Where to start (default EPOCH). NOW yields nothing: the caller goes live at once.
             until_sequence: The last sequence to yield (the writer's durable sequence); records after it are
                 never read, so a record being written is never seen. ``None`` reads to the end of the files
-                (offline tools), stopping at each file's first bad record and noting it in
-                :attr:`problems`.
+                (offline tools), passing over damaged ranges (resynchronising on the next valid record) and
+                noting them in :attr:`problems`.
 
         Yields:
             The records, lazily: the caller reads at its own pace. Closing the generator releases the files.
 
         Raises:
-            JournalError: With ``until_sequence``, a record at or below it cannot be read (damage, or a file
-                removed under the replay).
+            JournalDamageError: With ``until_sequence`` and the ``stop`` policy, a damaged record (located:
+                file, offset, the sequences around it). A file whose end is cut (no valid record after the
+                bad bytes) never raises: its records end there, noted in :attr:`problems`.
+            JournalError: A file was removed under the replay.
         """
         start = start or ReplayStart.epoch()
         if start.now or (until_sequence is not None and until_sequence <= 0):
@@ -172,7 +184,7 @@ class JournalReader:
                     prev_index = jf.index
                     offset = self.index.seek(jf.index, start.after_sequence, start.from_timestamp_ns) if first else 0
                     first = False
-                    for rec in self._file_records(jf, offset, until_sequence):
+                    for rec in self._file_records(jf, offset, until_sequence, last_seq):
                         if rec.sequence <= last_seq:
                             continue  # overlap of a duplicated file (crash during archive/compress)
                         if until_sequence is not None and rec.sequence > until_sequence:
@@ -223,7 +235,10 @@ class JournalReader:
                 hi = mid
         return max(lo - 1, 0)
 
-    def _file_records(self, jf: JournalFile, offset: int, until_sequence: int | None) -> Iterator[Record]:
+    def _file_records(self, jf: JournalFile, offset: int, until_sequence: int | None,
+                      previous: int) -> Iterator[Record]:
+        bad: CorruptRecord | None = None
+        last = previous
         f = self._with_relocation(jf, open_journal_file)
         with f:
             try:
@@ -231,14 +246,45 @@ class JournalReader:
                     rec = decode_exact(raw, rec_offset)
                     if self.index.wants(jf.index, rec_offset):
                         self.index.note(jf.index, rec.sequence, rec.timestamp_ns, rec_offset)
+                    last = rec.sequence
                     yield rec
+                    if until_sequence is not None and rec.sequence >= until_sequence:
+                        return
             except CorruptRecord as exc:
-                if until_sequence is not None:
-                    raise JournalError(
-                        f"journal {jf.path} is damaged at offset {exc.offset}: {exc.reason}; the records after "
-                        "it cannot be replayed"
-                    ) from None
-                self._note(f"{jf.path}: {exc.reason} at offset {exc.offset}; skipped the rest of the file")
+                bad = exc
+        if bad is not None:
+            yield from self._past_damage(jf, bad.offset, until_sequence, last)
+
+    def _past_damage(self, jf: JournalFile, offset: int, until_sequence: int | None,
+                     previous: int) -> Iterator[Record]:
+        """Read on from a bad record at ``offset``: locate the damage, then stop, skip it or end the file."""
+        with load(self._where(jf)) as buf:
+            for item in walk(buf, jf.path, offset, previous):
+                if isinstance(item, DamagedRange):
+                    if item.at_end:
+                        self._note(f"{jf.path} ends in {item.size} bytes that are not a record at offset "
+                                   f"{item.offset} ({item.detail}): a cut or torn tail; its records end at "
+                                   f"sequence {item.last_good_sequence}")
+                        return
+                    if until_sequence is not None and not self._skip_damage:
+                        raise item.error()
+                    if self.damage.add(item, jf.index) or until_sequence is None:
+                        self._note(f"{item.describe()}; skipped")
+                    continue
+                rec_offset, rec = item
+                if self.index.wants(jf.index, rec_offset):
+                    self.index.note(jf.index, rec.sequence, rec.timestamp_ns, rec_offset)
+                yield rec
+                if until_sequence is not None and rec.sequence >= until_sequence:
+                    return
+
+    def _where(self, jf: JournalFile) -> Path:
+        if jf.path.exists() or self._pinned is not None:
+            return jf.path
+        for again in list_files(self._dir, self._archive, self._instance):
+            if again.index == jf.index:
+                return again.path
+        raise JournalError(f"journal file {jf.path} was removed while a replay needed it")
 
     def _note(self, message: str) -> None:
         log.warning("%s", message)

@@ -1,4 +1,4 @@
-"""The journal writer: sequence numbers, group commit, file rotation and recovery at open.
+"""The journal writer: sequence numbers, the append buffer, group commit, and the public API.
 
 Threads: one thread calls :meth:`JournalWriter.append` (the engine), one calls :meth:`JournalWriter.sync`
 (a worker thread); any thread may read :attr:`JournalWriter.durable_sequence` or call
@@ -6,17 +6,20 @@ Threads: one thread calls :meth:`JournalWriter.append` (the engine), one calls :
 short lock; ``sync`` swaps the buffer out under that lock, writes it and makes it durable with one
 ``fdatasync`` (group commit: everything appended before the swap is covered).
 
-Files are never preallocated with ``fallocate``: a journal file's size is exactly the bytes written, so the
-logical end is the end of file and a kill -9 can leave at most one torn record at the end, which
-:meth:`JournalWriter.open` detects (length and CRC32C) and cuts. PreallocatedJournalFiles empty files are
-created ahead so that a full disk or a permission problem shows up early.
+The parts, each readable alone: :mod:`broker.txlog.recovery` (what :meth:`JournalWriter.open` does to the
+files found: torn tails, damage, summaries, publishers), :mod:`broker.txlog.segments` (the directory lock,
+the current file, rotation, preallocation, fsync), :mod:`broker.txlog.damage` (the resync scan) and
+:mod:`broker.txlog.dedup` (publisher de-duplication).
+
+A full disk (ENOSPC, EDQUOT) is not fatal: the file is cut back to its last durable size, the batch goes back
+to the front of the buffer with its sequences, :attr:`JournalWriter.disk_full` is set and ``sync`` raises
+:class:`~broker.txlog.errors.JournalFullError`; a later ``sync`` retries. Any other write or fsync failure
+fails the writer for good: after a failed fsync the file's state is unknown.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,33 +28,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.errors import JournalError
+from broker.faults import fault_point
 from broker.txlog.bookmarks import ReplayStart, format_bookmark, instance_hash
+from broker.txlog.damage import POLICIES, DamageCounter
 from broker.txlog.dedup import PublisherDedup, load_snapshot, save_snapshot
-from broker.txlog.file_records import first_header, iter_path
-from broker.txlog.files import (
-    FileState,
-    JournalFile,
-    fsync_directory,
-    journal_name,
-    list_files,
-    safe_instance,
-)
+from broker.txlog.errors import JournalFullError
+from broker.txlog.file_records import first_header
+from broker.txlog.files import FileState, JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
 from broker.txlog.reader import JournalReader
-from broker.txlog.records import Command, CorruptRecord, Record, decode_exact, encode_fields, peek_publisher
+from broker.txlog.records import Command, Record, encode_fields
 from broker.txlog.records import peek_sequence_timestamp as _peek
+from broker.txlog.recovery import publisher_table, recover
+from broker.txlog.segments import FSYNC_BUCKETS, SegmentFiles, is_no_space
 
 if TYPE_CHECKING:  # only attributes are read: any object with these fields will do
     from broker.config.model import TransactionLogConfig
+
+__all__ = ["FSYNC_BUCKETS", "MIN_JOURNAL_SIZE", "JournalStatistics", "JournalWriter"]
 
 log = logging.getLogger("broker.txlog")
 
 #: The smallest JournalSize honoured; smaller settings are raised to it.
 MIN_JOURNAL_SIZE = 1024 * 1024
-#: Upper bounds (seconds) of the fsync latency histogram buckets; the last bucket is unbounded.
-FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
-_datasync = getattr(os, "fdatasync", os.fsync)
 _COMMAND_CODES: dict[object, int] = {**{c.wire_name: int(c) for c in Command}, **{c: int(c) for c in Command}}
 
 
@@ -73,8 +73,13 @@ class JournalStatistics:
         fsync_seconds_sum: Total time spent in those fsyncs.
         fsync_buckets: Cumulative histogram: ``(upper bound in seconds, count)``, last bound ``inf``.
         rotations: Files filled since open.
-        truncated_bytes: Bytes of torn or corrupt tail cut at open.
+        truncated_bytes: Bytes of torn tail cut at open.
         publishers: Publishers known to de-duplication.
+        damaged_records: Records lost in the damaged ranges skipped (``<DamagedRecords>skip``), at open and by
+            replays, each range counted once (from the sequences around it).
+        damaged_bytes: Bytes in those ranges.
+        disk_full: The last sync met a full disk; publishes wait for space (see ``JournalWriter.disk_full``).
+        disk_full_count: Syncs that met a full disk since open.
     """
 
     files: dict[str, int]
@@ -92,6 +97,10 @@ class JournalStatistics:
     rotations: int
     truncated_bytes: int
     publishers: int
+    damaged_records: int = 0
+    damaged_bytes: int = 0
+    disk_full: bool = False
+    disk_full_count: int = 0
 
 
 class JournalWriter:
@@ -116,11 +125,16 @@ class JournalWriter:
                 "JournalSize %d is below the minimum; using %d bytes", config.journal_size, MIN_JOURNAL_SIZE
             )
         self._journal_size = max(config.journal_size, MIN_JOURNAL_SIZE)
-        self._prealloc = max(1, config.preallocated_journal_files)
+        policy = getattr(config, "damaged_records", "stop")
+        if policy not in POLICIES:
+            raise JournalError(f"DamagedRecords must be one of {', '.join(POLICIES)}, not {policy!r}")
+        self._damage_policy = policy
         #: The sparse index of this instance's files (share it with readers).
         self.index = index if index is not None else JournalIndex()
         #: Publisher de-duplication, kept up to date by append and sync.
         self.dedup = PublisherDedup()
+        #: Damaged ranges skipped (``<DamagedRecords>skip</DamagedRecords>``), shared with the readers.
+        self.damage = DamageCounter()
         # _lock guards the append state below; _sync_lock serialises sync/close so batches stay in order.
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
@@ -134,17 +148,13 @@ class JournalWriter:
         self._opened = False
         self._closed = False
         self._failed: BaseException | None = None
-        # File state, touched only under _sync_lock (or in open()).
-        self._fd = -1
-        self._file_index = 0
-        self._file_size = 0
+        self._disk_full = False
+        self._disk_full_count = 0
+        # The files, touched only under _sync_lock (or in open()).
+        self._files = SegmentFiles(self._dir, self._instance, config.preallocated_journal_files)
         # Counters.
         self._appended_records = 0
         self._appended_bytes = 0
-        self._fsyncs = 0
-        self._fsync_sum = 0.0
-        self._fsync_counts = [0] * (len(FSYNC_BUCKETS) + 1)
-        self._rotations = 0
         self._truncated = 0
 
     # -- properties ---------------------------------------------------------------------------------------
@@ -165,9 +175,19 @@ class JournalWriter:
         return self._pending_bytes
 
     @property
+    def disk_full(self) -> bool:
+        """The last :meth:`sync` met a full disk (ENOSPC or EDQUOT); cleared by the next one that succeeds."""
+        return self._disk_full
+
+    @property
+    def damaged_records_policy(self) -> str:
+        """``stop`` or ``skip``: what replays and start-up do with damaged records (``<DamagedRecords>``)."""
+        return self._damage_policy
+
+    @property
     def current_path(self) -> Path:
         """The file being written (or to be written next)."""
-        return self._dir / journal_name(self._instance, self._file_index)
+        return self._files.path
 
     @property
     def journal_directory(self) -> Path:
@@ -187,83 +207,69 @@ class JournalWriter:
     # -- open / recovery ----------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Recover the journal and get ready to append.
+        """Lock the JournalDirectory, recover the journal and get ready to append.
 
-        Creates the JournalDirectory if needed, validates every record of the newest non-empty files
-        (walking back over files that hold no valid record), cuts a torn or corrupt tail (logged with the
-        number of bytes cut), continues the sequence after the last valid record, rebuilds publisher
-        de-duplication and creates the preallocated files.
+        Creates the JournalDirectory if needed and takes its lock, then recovers (:mod:`broker.txlog.recovery`):
+        validates every record of the newest non-empty file (walking back over files with no valid record),
+        cuts a torn tail, checks the older files against their summaries, continues the sequence after the
+        last valid record, rebuilds publisher de-duplication and creates the preallocated files. Needs no
+        disk space beyond what is in use (summaries and preallocated files are skipped on a full disk).
 
         Raises:
-            JournalError: The directory cannot be created or a file cannot be read, truncated or created.
+            JournalDamageError: Damage other than a torn tail, with ``<DamagedRecords>stop`` (the default).
+            JournalError: Another broker holds the directory, or a file cannot be read, truncated or created.
         """
         if self._opened:
             raise JournalError("the journal writer is already open")
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
+            self._files.lock()
+        except OSError as exc:
+            raise JournalError(f"cannot open the transaction log in {self._dir}: {exc}") from exc
+        try:
             files = list_files(self._dir, self._archive, self._instance)
-            last_file = self._recover(files)
+            found = recover(files, self._dir, self._instance, self.index, self._damage_policy, self.damage)
+            self._truncated = found.truncated_bytes
+            self._last_seq = self._durable = found.last_sequence
+            self._last_ts = found.last_timestamp_ns
             files = list_files(self._dir, self._archive, self._instance)
             self._rebuild_dedup(files)
             if self._floor > self._last_seq:
                 self._last_seq = self._durable = self._floor
-            self._open_current(files, last_file)
+            last = found.last_file
+            if last is not None and not last.archived and not last.compressed:
+                self._files.open(last.index, records=found.last_file_records,
+                                 first_sequence=found.last_file_first_sequence, last_sequence=found.last_sequence)
+            else:
+                # Start after every file that holds data (an existing empty file there is simply reused).
+                occupied = [f.index for f in files if f.size > 0 or f.archived or f.compressed]
+                self._files.index = max(occupied, default=-1) + 1
+                self._open_new_current()
+            if self._files.fd >= 0:
+                self._files.ensure_preallocated()
+        except JournalError:
+            self._files.close()
+            raise
         except OSError as exc:
+            self._files.close()
             raise JournalError(f"cannot open the transaction log in {self._dir}: {exc}") from exc
         self._opened = True
         log.info(
             "journal %s open: last sequence %d, writing %s", self._dir, self._last_seq, self.current_path.name
         )
 
-    def _recover(self, files: list[JournalFile]) -> JournalFile | None:
-        """Find the file holding the last valid record, cutting torn tails of plain files in the JournalDirectory."""
-        for jf in reversed(files):
-            if jf.size == 0:
-                continue
-            writable = not jf.archived and not jf.compressed
-            last: Record | None = None
-            valid_end = 0
-            problem: CorruptRecord | None = None
-            try:
-                for offset, raw in iter_path(jf.path):
-                    rec = decode_exact(raw, offset)
-                    if last is not None and rec.sequence <= last.sequence:
-                        raise CorruptRecord(offset, f"sequence {rec.sequence} does not follow {last.sequence}")
-                    last = rec
-                    valid_end = offset + len(raw)
-                    self.index.note(jf.index, rec.sequence, rec.timestamp_ns, offset)
-            except CorruptRecord as exc:
-                problem = exc
-            if problem is not None:
-                if writable:
-                    cut = jf.size - valid_end
-                    log.warning(
-                        "journal %s: %s; cutting %d bytes at offset %d (a write interrupted by a crash)",
-                        jf.path, problem.reason, cut, valid_end,
-                    )
-                    self._truncate(jf.path, valid_end)
-                    self._truncated += cut
-                else:
-                    log.error("journal %s is damaged at offset %d: %s", jf.path, problem.offset, problem.reason)
-            if last is not None:
-                self._last_seq = last.sequence
-                self._last_ts = last.timestamp_ns
-                self._durable = last.sequence
-                return jf
-        return None
-
-    @staticmethod
-    def _truncate(path: Path, size: int) -> None:
-        fd = os.open(path, os.O_WRONLY)
+    def _open_new_current(self) -> None:
+        """Open (create) the current file; on a full disk leave it for the first write to create."""
         try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            self._files.open(self._files.index)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            log.warning("cannot create journal %s yet (%s); it is created when there is data", self.current_path,
+                        exc)
 
     def _rebuild_dedup(self, files: list[JournalFile]) -> None:
-        snapshot_path = self._snapshot_path
-        snap = load_snapshot(snapshot_path)
+        snap = load_snapshot(self._snapshot_path)
         covered, table = snap if snap is not None else (0, {})
         if covered > self._last_seq:
             log.warning(
@@ -274,23 +280,7 @@ class JournalWriter:
             # Nothing is pending at open: the sequences skipped are "durable" in that none will ever exist.
             self._last_seq = self._durable = covered
         else:
-            # Only the files that may hold records after the snapshot are read: walk back to the last file
-            # that starts at or before covered + 1.
-            nonempty = [f for f in files if f.size > 0]
-            start = 0
-            for pos in range(len(nonempty) - 1, -1, -1):
-                first = self._first_of(nonempty[pos])
-                if first is not None and first <= covered + 1:
-                    start = pos
-                    break
-            for jf in nonempty[start:]:
-                try:
-                    for _offset, raw in iter_path(jf.path):
-                        seq, phash, pseq = peek_publisher(raw)
-                        if seq > covered and pseq and pseq > table.get(phash, 0):
-                            table[phash] = pseq
-                except CorruptRecord:
-                    continue  # reported by recovery (plain tails are cut already)
+            publisher_table(files, covered, table, self._first_of)
         self.dedup.note_persisted(table)
 
     def _first_of(self, jf: JournalFile) -> int | None:
@@ -303,37 +293,6 @@ class JournalWriter:
         seq, ts = _peek(header)
         self.index.note(jf.index, seq, ts, 0)
         return seq
-
-    def _open_current(self, files: list[JournalFile], last_file: JournalFile | None) -> None:
-        """Open the file to append to: the newest plain file holding records, else a new one after all."""
-        if last_file is not None and not last_file.archived and not last_file.compressed:
-            self._file_index = last_file.index
-        else:
-            # Start after every file that holds data (an existing empty file there is simply reused).
-            occupied = [f.index for f in files if f.size > 0 or f.archived or f.compressed]
-            self._file_index = max(occupied, default=-1) + 1
-        self._open_file(self._file_index)
-        self._ensure_preallocated()
-
-    def _open_file(self, index: int) -> None:
-        path = self._dir / journal_name(self._instance, index)
-        existed = path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._fd = fd
-        self._file_index = index
-        self._file_size = os.fstat(fd).st_size
-        if not existed:
-            fsync_directory(self._dir)
-
-    def _ensure_preallocated(self) -> None:
-        created = False
-        for index in range(self._file_index + 1, self._file_index + self._prealloc):
-            path = self._dir / journal_name(self._instance, index)
-            if not path.exists():
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
-                created = True
-        if created:
-            fsync_directory(self._dir)
 
     @property
     def _snapshot_path(self) -> Path:
@@ -434,8 +393,10 @@ class JournalWriter:
             The highest durable sequence (every record up to it is on disk).
 
         Raises:
-            JournalError: Writing or fsync failed. The writer then refuses further work: after a failed
-                fsync the state of the file is unknown, so the broker must restart (and recover).
+            JournalFullError: The disk is full: nothing half-written is left, the records not yet durable
+                are kept in order for the next ``sync`` and :attr:`disk_full` is true until one succeeds.
+            JournalError: Writing or fsync failed otherwise. The writer then refuses further work: after a
+                failed fsync the state of the file is unknown, so the broker must restart (and recover).
         """
         with self._sync_lock:
             with self._lock:
@@ -451,65 +412,88 @@ class JournalWriter:
                 # Nothing pending: every sequence up to ``last`` is on disk or was skipped by
                 # raise_sequence_floor (no record will ever have it).
                 self._durable = max(self._durable, last)
+                self._disk_full = False
                 return self._durable
-            if self._fd < 0:
+            if self._closed:
                 raise JournalError("the journal writer is closed")
+            fault_point("journal-before-write")
+            done = 0  # records of the batch made durable so far (in files left by rotation)
             try:
-                rotated = self._write_batch(batch)
-                self._fsync_current()
+                if self._files.fd < 0:
+                    self._files.open(self._files.index)
+                done, rotated = self._write_batch(batch)
+                fault_point("journal-before-fsync")
+                self._files.fsync()
+                fault_point("journal-after-fsync")
+                done = len(batch)
                 if rotated:
-                    self._ensure_preallocated()
+                    self._files.ensure_preallocated()
             except OSError as exc:
-                self._failed = exc
-                raise JournalError(f"cannot write the journal {self.current_path}: {exc}") from exc
+                if is_no_space(exc) and done < len(batch):
+                    self._no_space(batch[done:], publishers, exc)
+                if not is_no_space(exc):
+                    self._failed = exc
+                    raise JournalError(f"cannot write the journal {self.current_path}: {exc}") from exc
+            self._disk_full = False
             self.dedup.note_persisted(publishers)
-            self._durable = last
+            self._durable = max(self._durable, last)
             if rotated:
                 self._save_dedup()
-            return last
+            return self._durable
 
-    def _write_batch(self, batch: list[bytes]) -> bool:
+    def _no_space(self, rest: list[bytes], publishers: dict[int, int], exc: OSError) -> None:
+        """A full disk: cut the file back to its durable size, keep ``rest`` for the next sync, raise."""
+        try:
+            self._files.truncate_to_durable()
+        except OSError as again:
+            self._failed = again
+            raise JournalError(f"cannot undo a failed write to the journal {self.current_path}: {again}") from exc
+        with self._lock:
+            self._buffer[0:0] = rest
+            self._pending_bytes += sum(len(raw) for raw in rest)
+            for phash, pseq in publishers.items():
+                if pseq > self._pending_publishers.get(phash, 0):
+                    self._pending_publishers[phash] = pseq
+        self._disk_full = True
+        self._disk_full_count += 1
+        log.warning("journal disk full writing %s (%s): %d records wait for space", self.current_path, exc,
+                    len(rest))
+        raise JournalFullError(self.current_path, exc.strerror or str(exc)) from exc
+
+    def _write_batch(self, batch: list[bytes]) -> tuple[int, bool]:
+        """Write a batch, rotating at record boundaries. Returns (records made durable by rotation, rotated).
+
+        Raises:
+            OSError: A write, fsync or rotation failed; records before the last rotation are durable
+                (``self._durable`` covers them).
+        """
+        files = self._files
         rotated = False
+        done = 0
         chunk: list[bytes] = []
-        size = self._file_size
-        for raw in batch:
+        size = files.size
+        for pos, raw in enumerate(batch):
             if size > 0 and size + len(raw) > self._journal_size:
                 self._write(chunk)
+                files.fsync()
+                done = pos
+                if chunk:
+                    self._durable = max(self._durable, _peek(chunk[-1])[0])
                 chunk = []
-                self._fsync_current()
-                self._rotate()
+                files.rotate()
                 rotated = True
                 size = 0
-            if self.index.wants(self._file_index, size):
+            if self.index.wants(files.index, size):
                 seq, ts = _peek(raw)
-                self.index.note(self._file_index, seq, ts, size)
+                self.index.note(files.index, seq, ts, size)
             chunk.append(raw)
             size += len(raw)
         self._write(chunk)
-        return rotated
+        return done, rotated
 
     def _write(self, chunk: list[bytes]) -> None:
-        if not chunk:
-            return
-        data = memoryview(b"".join(chunk))
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
-            self._file_size += written
-
-    def _fsync_current(self) -> None:
-        start = time.perf_counter()
-        _datasync(self._fd)
-        elapsed = time.perf_counter() - start
-        self._fsyncs += 1
-        self._fsync_sum += elapsed
-        self._fsync_counts[bisect.bisect_left(FSYNC_BUCKETS, elapsed)] += 1
-
-    def _rotate(self) -> None:
-        os.close(self._fd)
-        self._fd = -1
-        self._rotations += 1
-        self._open_file(self._file_index + 1)
+        if chunk:
+            self._files.write(b"".join(chunk), len(chunk), _peek(chunk[0])[0], _peek(chunk[-1])[0])
 
     def _save_dedup(self) -> None:
         try:
@@ -520,20 +504,24 @@ class JournalWriter:
     # -- close / statistics -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Sync what is buffered, save the publisher snapshot and close the file. Idempotent."""
+        """Sync what is buffered, save the publisher snapshot, close the file and release the lock. Idempotent.
+
+        On a full disk the records still buffered are dropped (logged): none of them was acknowledged.
+        """
         if self._closed or not self._opened:
             self._closed = True
             return
         try:
             if self._failed is None:
-                self.sync()
+                try:
+                    self.sync()
+                except JournalFullError as exc:
+                    log.error("closing the journal with %d records unwritten: %s", len(self._buffer), exc)
                 self._save_dedup()
         finally:
             with self._sync_lock:
                 self._closed = True
-                if self._fd >= 0:
-                    os.close(self._fd)
-                    self._fd = -1
+                self._files.close()
 
     def __enter__(self) -> JournalWriter:
         self.open()
@@ -554,7 +542,7 @@ class JournalWriter:
             by_state[jf.state.value] += 1
         cumulative = []
         total = 0
-        for bound, count in zip((*FSYNC_BUCKETS, float("inf")), self._fsync_counts, strict=True):
+        for bound, count in zip((*FSYNC_BUCKETS, float("inf")), self._files.fsync_counts, strict=True):
             total += count
             cumulative.append((bound, total))
         with self._lock:
@@ -570,12 +558,16 @@ class JournalWriter:
             appended_bytes=self._appended_bytes,
             pending_records=pending_records,
             pending_bytes=pending_bytes,
-            fsync_count=self._fsyncs,
-            fsync_seconds_sum=self._fsync_sum,
+            fsync_count=self._files.fsyncs,
+            fsync_seconds_sum=self._files.fsync_sum,
             fsync_buckets=tuple(cumulative),
-            rotations=self._rotations,
+            rotations=self._files.rotations,
             truncated_bytes=self._truncated,
             publishers=len(self.dedup),
+            damaged_records=self.damage.records,
+            damaged_bytes=self.damage.bytes,
+            disk_full=self._disk_full,
+            disk_full_count=self._disk_full_count,
         )
 
     def bookmark(self, sequence: int) -> str:
@@ -592,4 +584,5 @@ class JournalWriter:
 
     def reader(self) -> JournalReader:
         """A :class:`~broker.txlog.reader.JournalReader` over this instance's files, sharing the index."""
-        return JournalReader(self._dir, self._archive, instance_name=self._instance, index=self.index)
+        return JournalReader(self._dir, self._archive, instance_name=self._instance, index=self.index,
+                             damaged_records=self._damage_policy, damage=self.damage)

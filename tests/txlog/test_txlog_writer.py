@@ -21,6 +21,12 @@ def _all(writer: JournalWriter) -> list[int]:
     return [r.sequence for r in writer.reader().records(until_sequence=writer.durable_sequence)]
 
 
+def _crash(writer: JournalWriter) -> None:
+    """What a kill -9 leaves: nothing more is written, the files and the directory lock are let go."""
+    writer._files.close()
+    writer._closed = True
+
+
 def test_append_returns_sequence_and_bookmark(open_writer: Callable[..., JournalWriter]) -> None:
     w = open_writer("inst-a")
     seq, bookmark = w.append("publish", "orders", b'{"id":1}', sow_key="1")
@@ -63,6 +69,7 @@ def test_unsynced_records_are_not_durable_after_crash(open_writer: Callable[...,
     w.append("publish", "t", b"a")
     w.sync()
     w.append("publish", "t", b"lost")  # never synced: a crash now loses it (no close)
+    _crash(w)
     w2 = open_writer()
     assert w2.last_sequence == 1
 
@@ -182,6 +189,7 @@ def test_dedup_rebuilt_after_reopen(open_writer: Callable[..., JournalWriter], m
     w.append("publish", "t", b"a", publisher=(alice, 6))
     w.sync()
     # Crash (no close, so the snapshot is stale or absent): the journal alone rebuilds the table.
+    _crash(w)
     w2 = open_writer()
     assert w2.dedup.last_persisted("alice") == 6
     assert w2.dedup.last_persisted("bob") == 3
@@ -203,6 +211,7 @@ def test_dedup_snapshot_plus_later_records(open_writer: Callable[..., JournalWri
         w.sync()
     w.append("publish", "t", b"q", publisher=(pub, 150))
     w.sync()  # no close: the snapshot is older than the last record
+    _crash(w)
     w2 = open_writer()
     assert w2.dedup.last_persisted("p") == 150
 
