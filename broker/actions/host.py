@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import re
+import threading
 import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ import trio
 from broker.actions.interface import ActionError, AdminHandler, AdminRequest
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
+from broker.faults import fault_point
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -169,7 +171,7 @@ class BrokerHost:
         names = list(self._broker.engine.sow_topics) if topic is None else self._matching(topic, message_type)
         for name in names:
             storage = self._broker.engine.sow_topics[name].storage
-            await trio.to_thread.run_sync(storage.compact)
+            await trio.to_thread.run_sync(_compact, storage)
         return names
 
     # -- journal, lifecycle, logs ---------------------------------------------------------------------
@@ -231,3 +233,25 @@ class BrokerHost:
             actions.pop(key, None)
 
         return remove
+
+
+def _compact(storage: Any) -> None:
+    """Compact one SOW storage (blocking, in a worker thread).
+
+    The compaction runs in a thread of its own so that the ``sow-mid-compaction`` fault point
+    (:mod:`broker.faults`) can kill the process while it is under way; unarmed, the point costs nothing.
+    """
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            storage.compact()
+        except BaseException as exc:  # handed to the caller below
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="sow-compaction", daemon=True)
+    worker.start()
+    fault_point("sow-mid-compaction")
+    worker.join()
+    if failure:
+        raise failure[0]

@@ -70,6 +70,11 @@ class SowRecord:
         return exp, bytes(value[_HEAD.size + lbm + lx :])
 
     @staticmethod
+    def peek_sequence(value: bytes) -> int:
+        """The journal ``sequence`` of a stored value without decoding the rest (start-up recovery)."""
+        return _HEAD.unpack_from(value)[1]
+
+    @staticmethod
     def peek_expiry(value: bytes) -> int:
         """The ``expire_at_ns`` of a stored value without decoding the rest."""
         return _HEAD.unpack_from(value)[2]

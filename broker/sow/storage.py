@@ -75,6 +75,11 @@ class Storage(abc.ABC):
     def compact(self) -> None:  # noqa: B027 - optional for engines without compaction
         """Reclaim space. Engines without compaction do nothing."""
 
+    def make_durable(self) -> None:  # noqa: B027 - optional for engines that keep nothing or sync every write
+        """Make every write so far durable (survive a power cut). A clean shutdown calls it before it marks
+        the stop clean, which lets the next start skip checking the SOW against the transaction log.
+        Engines that keep data on disk without syncing each write should implement it."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Flush and release resources. Idempotent."""
