@@ -42,3 +42,15 @@ def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None 
         if value is not None:
             h[key] = value
     return h
+
+
+#: The AMPS reason of a publish (or SOW delete) refused because the transaction log cannot be written: the
+#: official client raises PublishException for it, and hands it to a publish store's failed-write handler.
+JOURNAL_FULL_REASON = "tx store failure"
+
+
+def journal_full_detail(journal: Any) -> str:
+    """Why a command on a logged topic is refused while the journal's disk is full (for the log)."""
+    where = getattr(journal, "journal_directory", "the JournalDirectory")
+    return (f"disk full: the transaction log at {where} cannot be written; free space (the broker resumes "
+            "by itself)")

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,15 @@ import trio
 from broker.engine.queries import parse_options
 from broker.engine.router import Subscription
 from broker.engine.topics import TopicPattern
-from broker.errors import BrokerError, CommandError
+from broker.errors import BrokerError, CommandError, JournalError
 from broker.txlog import Command, Record, ReplayStart, parse_bookmark
+
+try:
+    from broker.txlog.errors import JournalDamageError
+except ImportError:  # pragma: no cover - the txlog readers raise it from the issue-13 change on
+
+    class JournalDamageError(JournalError):  # type: ignore[no-redef]
+        """Stand-in until :mod:`broker.txlog` has it: a replay met a damaged record."""
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -140,6 +148,11 @@ def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None
 
 async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                       replay: Replay, start: ReplayStart, cut: int, rate: Rate | None) -> None:
+    """Replay up to ``cut`` then cut over to live; a journal problem ends this subscription, never the client.
+
+    What is already durable is replayed at once: records appended after the last fsync (more of them
+    while the journal's disk is full) are waited for only when the replay reaches them.
+    """
     sub = replay.sub
     journal = broker.journal
     assert journal is not None
@@ -147,38 +160,65 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
     began = time.monotonic()
     sent = 0
     last_bm = None
+    read_to = 0  # the sequence of the last record read from the journal (sent or not)
     try:
-        await broker.wait_durable()  # everything up to ``cut`` is on disk before reading it back
-        records: Iterator[Record] = await trio.to_thread.run_sync(lambda: journal.replay(start, until_sequence=cut))
         parsers: dict[str, Any] = {}
+        position = start
         while True:
-            chunk = await trio.to_thread.run_sync(lambda: list(islice(records, CHUNK)))
-            if not chunk:
-                break
-            for rec in chunk:
-                if rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
-                    continue
-                if sub.filter is not None:
-                    mt = parsers.get(rec.message_type)
-                    if mt is None:
-                        mt = parsers[rec.message_type] = broker.message_type(rec.message_type)
-                    try:
-                        if not sub.filter(mt.parse(rec.data)):
+            until = min(cut, journal.durable_sequence)
+            records: Iterator[Record] = await trio.to_thread.run_sync(
+                partial(journal.replay, position, until_sequence=until))
+            try:
+                while True:
+                    chunk = await trio.to_thread.run_sync(_take, records)
+                    if not chunk:
+                        break
+                    for rec in chunk:
+                        read_to = rec.sequence
+                        if rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
                             continue
-                    except BrokerError:
-                        continue
-                if not replay.running.is_set():
-                    await replay.running.wait()
-                if rate is not None:
-                    await rate.pace(rec)
-                if broker.engine.router.get(session, sub.sub_id) is not sub:
-                    return  # unsubscribed (or replaced) during the replay
-                last_bm = journal.bookmark(rec.sequence)
-                session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
-                                     rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
-                sent += 1
-            if session.outbound.size > WATERMARK:
-                await session.outbound.wait_below(WATERMARK // 2)
+                        if sub.filter is not None:
+                            mt = parsers.get(rec.message_type)
+                            if mt is None:
+                                mt = parsers[rec.message_type] = broker.message_type(rec.message_type)
+                            try:
+                                if not sub.filter(mt.parse(rec.data)):
+                                    continue
+                            except BrokerError:
+                                continue
+                        if not replay.running.is_set():
+                            await replay.running.wait()
+                        if rate is not None:
+                            await rate.pace(rec)
+                        if broker.engine.router.get(session, sub.sub_id) is not sub:
+                            return  # unsubscribed (or replaced) during the replay
+                        last_bm = journal.bookmark(rec.sequence)
+                        session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
+                                             rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
+                        sent += 1
+                    if session.outbound.size > WATERMARK:
+                        await session.outbound.wait_below(WATERMARK // 2)
+            except JournalDamageError:
+                raise
+            except JournalError as exc:
+                if not _is_short_tail(exc):
+                    raise
+                # The files end before the durable sequence: records lost at the tail (a journal cut while the
+                # broker was stopped). Nothing more can be read: the replay ends here and goes live.
+                log.warning("%s replay for %s/%s: %s; going live after sequence %d", session.id, session.name,
+                            sub.sub_id, exc, read_to)
+                break
+            finally:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+            if until >= cut:
+                break
+            # The rest of the replay is not on disk yet (the journal's disk is full, or a group commit is
+            # under way): wait for it, then read on from where this pass stopped.
+            await broker.wait_durable()
+            if read_to:
+                position = ReplayStart.after(read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.
         held, sub.replay_buffer = sub.replay_buffer or [], None
         for topic, body, bm, key, x in held:
@@ -189,7 +229,61 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=last_bm or journal.bookmark(cut))
         log.info("%s replayed %d messages for %s/%s in %.3fs (then %d held live)", session.id, sent,
                  session.name, sub.sub_id, time.monotonic() - began, len(held))
+    except (JournalError, OSError) as exc:
+        _replay_failed(broker, session, header, acks, sub, exc, sent, last_bm)
     finally:
         sub.replay_buffer = None
         broker.replays.pop((id(session), sub.sub_id), None)
         broker.replays_active -= 1
+
+
+def _take(records: Iterator[Record]) -> list[Record]:
+    return list(islice(records, CHUNK))
+
+
+#: The AMPS reason of a failed replay (the official client maps it to ReplayFailedException).
+REPLAY_FAILED = "txn replay failed"
+
+
+def _is_short_tail(exc: JournalError) -> bool:
+    """Whether a replay error only says the files end before the durable sequence (a cut tail).
+
+    The reader raises a plain :class:`JournalError` for that; a damaged record is a
+    :class:`JournalDamageError`, and a file removed under the replay names the file.
+    """
+    return "before the durable sequence" in str(exc)
+
+
+def describe_damage(exc: BaseException) -> str:
+    """What a client is told about a replay that met damage: where, which records, and what to do."""
+    where = []
+    path = getattr(exc, "path", None) or getattr(exc, "file", None)
+    if path:
+        where.append(f"file {path}")
+    offset = getattr(exc, "offset", None)
+    if offset is not None:
+        where.append(f"offset {offset}")
+    first, last = getattr(exc, "first_sequence", None), getattr(exc, "last_sequence", None)
+    if first is not None or last is not None:
+        where.append(f"sequences {first if first is not None else '?'}-{last if last is not None else '?'}")
+    located = f" ({', '.join(where)})" if where else ""
+    return (f"{REPLAY_FAILED}: the transaction log is damaged{located}: {exc}. The records from there on cannot "
+            "be replayed; subscribe again from a bookmark after the damage, or restore the journal file "
+            "(or set the damaged-record policy to skip) and subscribe again")
+
+
+def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+                   sub: Subscription, exc: BaseException, sent: int, last_bm: str | None) -> None:
+    """Tell the client its replay failed, end that subscription, count and log it; the connection stays."""
+    text = describe_damage(exc) if isinstance(exc, JournalDamageError) else f"{REPLAY_FAILED}: {exc}"
+    broker.counters["replay_failures"] = broker.counters.get("replay_failures", 0) + 1
+    log.error("%s (%s): replay for subscription %s on %r failed after %d messages: %s", session.id, session.name,
+              sub.sub_id, header.get("topic"), sent, text)
+    still = broker.engine.router.get(session, sub.sub_id) is sub
+    if still:
+        broker.engine.unsubscribe(session, sub.sub_id)
+        # An out-of-focus notice routed to the subscription's handler (the client hands `oof` with `sids` to it
+        # whether or not the subscription asked for OOF), with the reason; then the completed ack as a failure.
+        session.send_publish(header.get("topic") or "", sub.sub_id, b"", last_bm, None, None,
+                             command="oof", reason=text)
+        session.ack(header, acks, "completed", sub_id=sub.sub_id, reason=REPLAY_FAILED)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.engine.acks import ack_header, requested_acks
+from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
 from broker.engine.sow_subscribe import start_sow
-from broker.errors import BrokerError, CommandError, ProtocolError
+from broker.errors import BrokerError, CommandError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import (
     CLOSED,
@@ -271,20 +271,30 @@ class Session:
             self._failed(header, _NO_ACKS, command, exc)
 
     def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
-        """Count and log a failed command, and answer with the failure acks it asked for."""
+        """Count and log a failed command, and answer with the failure acks it asked for.
+
+        Every failure answers the processed ack and the persisted one (with the publish-store ``s``, so the
+        client's store hands the message to its failed-write handler) and the stats ack that were asked for.
+        Publishes refused because the journal or the SOW storage cannot be written are counted by reason
+        and logged in summary (:func:`_refusal_log`), not one line each: a publish storm must not become a
+        log storm.
+        """
         self.broker.counters["commands_failed"] += 1
-        if isinstance(exc, CommandError):
+        refused = REFUSED_REASONS.get(exc.reason) if command in _PLAIN_PUBLISH or command == "sow_delete" else None
+        if refused is not None:
+            key = f"publishes_refused_{refused}"
+            self.broker.counters[key] = self.broker.counters.get(key, 0) + 1
+            _refusal_log(refused, self, command, exc)
+        elif isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
-            failed = "processed" if "processed" in acks else ("persisted" if "persisted" in acks else None)
-            if failed:
-                self.ack(header, acks, failed, reason=exc.reason, now=True,
-                         s=header.get("seq") if failed == "persisted" else None)
-            if "stats" in acks:
-                self.ack(header, acks, "stats", reason=exc.reason, now=True)
-            return
-        log.error("%s (%s): %s failed: %s", self.id, self.name, command, exc)
+        else:
+            log.error("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc)
         if "processed" in acks:
             self.ack(header, acks, "processed", reason=exc.reason, now=True)
+        if "persisted" in acks:
+            self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
+        if "stats" in acks:
+            self.ack(header, acks, "stats", reason=exc.reason, now=True)
 
     def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
         self.name = header.get("client_name") or self.id
@@ -302,11 +312,24 @@ class Session:
         outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish")
         self.ack(header, acks, "processed")
         if "persisted" in acks:
-            seq = header.get("seq")
-            if outcome.sequence and not outcome.duplicate:
-                self.broker.after_durable(outcome.sequence, self, header)
-            else:
-                self.ack(header, acks, "persisted", s=seq)
+            self._persisted_after(outcome.sequence, header, acks, duplicate=outcome.duplicate)
+
+    def _persisted_after(self, sequence: int, header: Mapping[str, Any], acks: frozenset[str], *,
+                         duplicate: bool = False) -> None:
+        """The persisted ack of a journaled command, once its record is durable (at once when not journaled).
+
+        A duplicate (a re-send after reconnect) may be of a record that is appended but not durable yet (the
+        journal's disk is full, or a group commit is under way): its ack waits for everything appended.
+        """
+        journal = self.broker.journal
+        if duplicate and journal is not None and journal.durable_sequence < journal.last_sequence:
+            sequence = journal.last_sequence
+        elif duplicate:
+            sequence = 0
+        if sequence and journal is not None:
+            self.broker.after_durable(sequence, self, header)
+        else:
+            self.ack(header, acks, "persisted", s=header.get("seq"))
 
     async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         delta = header.get("command") == "delta_subscribe"
@@ -379,11 +402,18 @@ class Session:
             # A queue acknowledgement (Client.ack): queues are not supported; accept harmlessly.
             self.ack(header, acks, "processed")
             return
+        journal = self.broker.journal
+        logged = journal is not None and self.broker.is_logged(header.get("topic") or "")
+        if logged and self.broker.journal_disk_full:
+            raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
+        before = journal.last_sequence if logged else 0
         matches, deleted = self.engine.sow_delete(self, header, body)
         self.ack(header, acks, "processed")
         self.ack(header, acks, "stats", matches=matches, records_deleted=deleted, topic_matches=matches)
         if "persisted" in acks:
-            self.ack(header, acks, "persisted", s=header.get("seq"))
+            # Journaled deletes are acknowledged as persisted once their records are durable.
+            after = journal.last_sequence if logged else 0
+            self._persisted_after(after if after > before else 0, header, acks)
 
     async def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         options = str(header.get("options") or "")
@@ -432,6 +462,27 @@ class Session:
 
 #: Commands :meth:`Session._publish_now` applies directly when they ask for no ack.
 _PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
+
+#: Failure reasons that mean "not written, nothing applied": the counter suffix for each.
+REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
+#: Seconds between two summary lines about refused publishes of the same kind.
+REFUSAL_LOG_INTERVAL = 10.0
+#: Per kind: when the last line was logged, and the refusals since then.
+_refusals: dict[str, list[float]] = {}
+
+
+def _refusal_log(kind: str, session: Session, command: str, exc: BrokerError) -> None:
+    """Log the first refused publish of a kind at error level, then one summary line per interval."""
+    now = time.monotonic()
+    state = _refusals.get(kind)
+    if state is None or now - state[0] >= REFUSAL_LOG_INTERVAL:
+        more = int(state[1]) if state is not None else 0
+        _refusals[kind] = [now, 0.0]
+        detail = exc.detail if isinstance(exc, CommandError) else str(exc)
+        log.error("%s (%s): %s refused (%s): %s%s", session.id, session.name, command or "command", exc.reason,
+                  detail, f" ({more} more refused since the last such line)" if more else "")
+    else:
+        state[1] += 1
 _NO_ACKS: frozenset[str] = frozenset()
 
 _HANDLERS = {
