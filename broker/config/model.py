@@ -144,6 +144,8 @@ class TransactionLogConfig:
     flush_interval: float = 0.1
     topics: tuple[LoggedTopic, ...] = ()
     where: Where = field(default_factory=Where)
+    #: ``<DamagedRecords>`` (broker extension): ``stop`` or ``skip`` damaged journal records.
+    damaged_records: str = "stop"
 
 
 @dataclass(frozen=True)

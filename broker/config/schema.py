@@ -223,6 +223,9 @@ TRANSACTION_LOG = group(
     leaf("MinJournalSize", "size", "Synonym of JournalSize.", synonym_of="JournalSize"),
     leaf("FlushInterval", "interval", "Longest time a write waits before the journal is flushed; "
          "1us to 1s.", "100ms"),
+    leaf("DamagedRecords", "text", "Broker extension: what to do with a damaged journal record (not a torn "
+         "tail): stop (refuse to start, fail the replay) or skip (log, count, keep every later record).",
+         "stop"),
     group("Topic", "Topics to record.",
           leaf("Name", "text", "Topic name or regular expression (.* records everything).", required=True),
           leaf("MessageType", "message type", "Message type of the recorded topic.", required=True),

@@ -16,6 +16,8 @@ MIN_JOURNAL_SIZE = 10 * 1024 * 1024
 #: FlushInterval bounds AMPS documents.
 MIN_FLUSH_INTERVAL = 1e-6
 MAX_FLUSH_INTERVAL = 1.0
+#: ``<DamagedRecords>``: refuse damaged journal records (start-up, replays) or skip them.
+DAMAGED_RECORDS = ("stop", "skip")
 
 
 def build_transaction_log(reader: Reader, el: etree._Element | None,
@@ -42,6 +44,10 @@ def build_transaction_log(reader: Reader, el: etree._Element | None,
     if flush is not None and not MIN_FLUSH_INTERVAL <= flush <= MAX_FLUSH_INTERVAL:
         log.error(child(el, "FlushInterval"), "FlushInterval must be between 1us and 1s (e.g. 100ms)")
         ok = False
+    damaged = (reader.text(el, "DamagedRecords") or "stop").strip().lower()
+    if damaged not in DAMAGED_RECORDS:
+        log.error(child(el, "DamagedRecords"), f"DamagedRecords must be stop or skip, not {damaged!r}")
+        ok = False
     topics: list[LoggedTopic] = []
     for topic_el in children(el, "Topic"):
         name = reader.text(topic_el, "Name")
@@ -63,5 +69,5 @@ def build_transaction_log(reader: Reader, el: etree._Element | None,
     return TransactionLogConfig(journal_directory=directory, journal_archive_directory=archive,
                                 preallocated_journal_files=preallocated, journal_size=size,
                                 min_journal_size=MIN_JOURNAL_SIZE, flush_interval=flush,
-                                topics=tuple(topics), where=reader.where(el))
+                                topics=tuple(topics), where=reader.where(el), damaged_records=damaged)
 
