@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.queries import QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError
+from broker.faults import fault_point
 from broker.memo import Memo
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
@@ -139,6 +141,8 @@ class Engine:
         seq = header.get("seq")
         if seq and client.name and self.is_duplicate(client.name, seq):
             return PublishOutcome(0, duplicate=True)
+        if getattr(self.journal, "disk_full", False) and self.is_logged(topic):  # refused whole: nothing applied
+            raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.journal))
         now_ns = time.time_ns()
         self.counters.messages_received += 1
         sow = self.sow_topics.get(topic)
@@ -159,26 +163,29 @@ class Engine:
         else:
             mt = client.message_type
             msg = mt.lazy(body)  # parsed only if a filter reads a field
+        expire_at = 0
+        if sow is not None and sow.default_expiration is not None:  # before journaling: a bad value refuses all
+            e = header.get("expiration")
+            lifetime = _parse_expiration(e) if e not in (None, "") else sow.default_expiration
+            if lifetime:
+                expire_at = now_ns + int(lifetime * 1e9)
         bm = None
         sequence = 0
-        if self.journal is not None and self.is_logged(topic):
+        logged = self.journal is not None and self.is_logged(topic)
+        if logged:
             sequence, bm = self.journal.append(
                 "delta_publish" if delta else "publish", topic, body,
                 sow_key=key or "", publisher=(client.name_hash, seq or 0),
-                message_type=mt.name, correlation_id=x or "", timestamp_ns=now_ns,
+                message_type=mt.name, correlation_id=x or "", timestamp_ns=now_ns, expiration_ns=expire_at,
             )
         if seq and client.name:
             self.publisher_seq[client.name] = seq
         if sow is not None:
             assert key is not None
-            expire_at = 0
-            if sow.default_expiration is not None:
-                e = header.get("expiration")
-                lifetime = _parse_expiration(e) if e not in (None, "") else sow.default_expiration
-                if lifetime:
-                    expire_at = now_ns + int(lifetime * 1e9)
             record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
             sow.upsert(record, previous)
+            if logged:
+                fault_point("sow-after-write")  # applied to the SOW, its journal record not yet durable
         delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
         if sow is not None and self.router.windows.covers(topic):
             assert key is not None

@@ -38,12 +38,20 @@ from broker.memo import Memo
 from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
+from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
 from broker.sow.keys import KeySpec
-from broker.sow.record import SowRecord
 from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
 from broker.stats.histogram import Histogram
-from broker.txlog import Command, JournalWriter, ReplayStart
+from broker.txlog import JournalWriter
+
+try:
+    from broker.txlog.errors import JournalFullError
+except ImportError:  # pragma: no cover - the journal writer raises it from the issue-13 change on
+    from broker.errors import JournalError as _JournalError
+
+    class JournalFullError(_JournalError):  # type: ignore[no-redef]
+        """Stand-in until :mod:`broker.txlog` has it: the journal's disk is full (ENOSPC/EDQUOT)."""
 
 log = logging.getLogger("broker")
 
@@ -105,9 +113,14 @@ class Broker:
                    and not Path(t.file_name).exists()}
         topics = {t.name: self._build_topic(t) for t in config.sow_topics}
         self._open_journal()
-        for name in sorted(missing | {t.name for t in config.sow_topics if t.durability == "transient"}):
-            if self.is_logged(name):
-                self._rebuild_from_journal(topics[name])
+        #: What start-up recovery did (``None`` without a transaction log); see :mod:`.recovery`.
+        self.recovery: RecoveryReport | None = None
+        if self.journal is not None:
+            self.recovery = recover(self.journal, topics, self.is_logged, without_storage=missing | {
+                t.name for t in config.sow_topics if t.durability == "transient"})
+        for topic in topics.values():
+            if topic.default_expiration is not None:  # after recovery: rebuilt records expire on time
+                topic.rebuild_expiry_index()
         self.engine = Engine(
             sow_topics=topics,
             message_types=get_message_type,
@@ -158,8 +171,6 @@ class Broker:
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",
         )
-        if cfg.expiration is not None:
-            topic.rebuild_expiry_index()
         log.info("SOW topic %s: %s storage%s, %d records", cfg.name, engine_name,
                  f" at {cfg.file_name}" if cfg.file_name and engine_name != "memory" else "", storage.count())
         return topic
@@ -175,40 +186,6 @@ class Broker:
                 raise ConfigError(f"TransactionLog Topic {t.name!r}: bad regex: {exc}") from None
         self.journal = JournalWriter(txlog, self.config.name)
         self.journal.open()
-
-    def _rebuild_from_journal(self, topic: SowTopic) -> None:
-        """Rebuild a SOW topic whose storage was removed (or is transient) from the transaction log."""
-        assert self.journal is not None
-        began = time.monotonic()
-        total = self.journal.durable_sequence
-        applied = 0
-        puts: dict[bytes, bytes] = {}
-        deletes: set[bytes] = set()
-
-        def flush() -> None:
-            topic.storage.write(puts=puts.items(), deletes=deletes)
-            puts.clear()
-            deletes.clear()
-
-        log.info("SOW topic %s: rebuilding from the transaction log (%d records logged)", topic.name, total)
-        for n, rec in enumerate(self.journal.replay(ReplayStart.epoch()), 1):
-            if rec.topic == topic.name and rec.sow_key:
-                key = rec.sow_key
-                if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
-                    deletes.discard(key)
-                    puts[key] = SowRecord(key.decode(), rec.data, rec.timestamp_ns, rec.sequence, 0,
-                                          self.journal.bookmark(rec.sequence), rec.correlation_id.decode()).encode()
-                else:  # sow_delete, expire
-                    puts.pop(key, None)
-                    deletes.add(key)
-                applied += 1
-                if len(puts) + len(deletes) >= 10_000:
-                    flush()
-            if n % 100_000 == 0:
-                log.info("SOW topic %s: rebuild %d/%d records (%.0f%%)", topic.name, n, total, 100 * n / max(total, 1))
-        flush()
-        log.info("SOW topic %s: rebuilt %d records from %d journal entries in %.2fs", topic.name,
-                 topic.count(), applied, time.monotonic() - began)
 
     def is_logged(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
@@ -242,10 +219,28 @@ class Broker:
             self._journal_dirty.set()
             await synced.wait()
 
+    #: Seconds between retries of a journal sync while the disk is full: doubling from the first to the last.
+    DISK_FULL_RETRY = (0.1, 2.0)
+    #: Since when (epoch seconds) the journal's disk has been full; ``None`` when it is writable.
+    journal_full_since: float | None = None
+
+    @property
+    def journal_disk_full(self) -> bool:
+        """Whether publishes to logged topics are refused because the journal cannot be written (disk full)."""
+        return self.journal_full_since is not None or bool(getattr(self.journal, "disk_full", False))
+
     async def _journal_syncer(self) -> None:
-        """Group commit: one fsync covers every record appended since the last one."""
+        """Group commit: one fsync covers every record appended since the last one.
+
+        A full disk (:class:`JournalFullError`: the writer keeps the records and their sequences) is retried
+        with a backoff until space returns; the persisted acks waiting for those records are sent then, and
+        meanwhile the engine refuses publishes to logged topics (``tx store failure``). Any other journal
+        error means the file's state is unknown: the broker logs it once and stops (the error ends
+        :meth:`serve`, so the shutdown actions run and the CLI exits with status 2); start-up recovers.
+        """
         assert self.journal is not None
         interval = self.config.transaction_log.flush_interval if self.config.transaction_log else 0.1
+        retry = self.DISK_FULL_RETRY[0]
         while True:
             if self.journal.durable_sequence >= self.journal.last_sequence:
                 self._journal_dirty = trio.Event()
@@ -253,7 +248,31 @@ class Broker:
                     await self._journal_dirty.wait()
                 if self.journal.durable_sequence >= self.journal.last_sequence:
                     continue
-            durable = await trio.to_thread.run_sync(self.journal.sync)
+            try:
+                durable = await trio.to_thread.run_sync(self.journal.sync)
+            except JournalFullError as exc:
+                if self.journal_full_since is None:
+                    self.journal_full_since = time.time()
+                    self.counters["journal_disk_full_episodes"] = self.counters.get("journal_disk_full_episodes", 0) + 1
+                    log.error("journal disk full at %s: publishes to logged topics are refused until space is "
+                              "freed (%s: %s); %d records wait to be written, the broker retries by itself",
+                              self.journal.journal_directory, getattr(exc, "path", "write"),
+                              getattr(exc.__cause__, "strerror", None) or exc,
+                              self.journal.last_sequence - self.journal.durable_sequence)
+                await trio.sleep(retry)
+                retry = min(retry * 2, self.DISK_FULL_RETRY[1])
+                continue
+            except BrokerError as exc:
+                log.critical("journal write failed at %s: %s. The journal's state on disk is unknown, so the broker "
+                             "stops rather than acknowledge anything more; restart it (start-up recovers the "
+                             "journal)", self.journal.journal_directory, exc)
+                raise
+            retry = self.DISK_FULL_RETRY[0]
+            if self.journal_full_since is not None:
+                log.info("journal at %s is writable again after %.1fs: the records kept meanwhile are written "
+                         "(durable sequence %d) and publishes to logged topics are accepted again",
+                         self.journal.journal_directory, time.time() - self.journal_full_since, durable)
+                self.journal_full_since = None
             assert self._synced is not None
             self._synced.set()
             self._synced = trio.Event()
@@ -328,16 +347,33 @@ class Broker:
         log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
 
     async def aclose(self) -> None:
-        """Sync the journal and close storage (after the nursery is done)."""
+        """Sync the journal and close storage (after the nursery is done); when both went well, mark the stop
+        clean so that the next start does not check the SOW against the journal (:mod:`.recovery`)."""
+        clean_state: tuple[Path, int] | None = None
         if self.journal is not None:
             try:
                 await trio.to_thread.run_sync(self.journal.sync)
+                clean_state = (state_path(self.journal), self.journal.last_sequence)
                 self.journal.close()
             except BrokerError as exc:
                 log.error("journal close failed: %s", exc)
+                clean_state = None
             self.journal = None
         for topic in self.engine.sow_topics.values():
-            topic.storage.close()
+            try:
+                topic.storage.make_durable()
+                topic.storage.close()
+            except BrokerError as exc:
+                log.error("SOW topic %s: closing its storage failed: %s", topic.name, exc)
+                clean_state = None
+        if clean_state is not None:
+            path, last = clean_state
+            floor = self.recovery.sequence_floor if self.recovery is not None else 0
+            try:
+                mark_clean(path, last, max(floor, last))
+            except OSError as exc:
+                log.warning("cannot record the clean stop in %s (%s): the next start checks the SOW against "
+                            "the journal", path, exc)
 
     # -- statistics ----------------------------------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
@@ -357,6 +393,10 @@ class Broker:
                 "fsync": {"buckets": list(js.fsync_buckets), "sum": js.fsync_seconds_sum, "count": js.fsync_count},
                 "replays_active": self.replays_active,
                 "records_appended": js.appended_records,
+                "disk_full": self.journal_disk_full,
+                "damaged_records": getattr(js, "damaged_records", 0),
+                "damaged_bytes": getattr(js, "damaged_bytes", 0),
+                "replay_failures": self.counters.get("replay_failures", 0),
             }
         sessions = list(self.sessions)
         windows = self.engine.router.windows.statistics()
@@ -371,6 +411,8 @@ class Broker:
                 "slow_client_disconnects": self.counters["slow_client_disconnects"],
                 "protocol_errors": self.counters["protocol_errors"],
                 "commands_failed": self.counters["commands_failed"],
+                "publishes_refused": {kind: self.counters.get(f"publishes_refused_{kind}", 0)
+                                      for kind in ("journal", "storage")},
             },
             "clients": [s.statistics() for s in sessions],
             "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},
