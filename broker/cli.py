@@ -212,13 +212,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
-    """Journal tools: dump and grep."""
+    """Journal tools: dump, grep, verify and repair."""
     from broker.txlog import cli as journal_cli
 
     if args.journal_command == "dump":
         journal_cli.dump(args.paths, topic=args.topic, start=args.start, end=args.end, fmt=args.format)
-    else:
+    elif args.journal_command == "grep":
         journal_cli.grep(args.filter, args.paths, topic=args.topic, fmt=args.format)
+    elif args.journal_command == "verify":
+        return journal_cli.verify(args.paths)
+    else:
+        return journal_cli.repair(args.file)
     return 0
 
 
@@ -238,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list installed plugins")
     p.add_argument("config", nargs="?", help="also load the config's <Modules>")
     p.set_defaults(func=cmd_plugins)
-    p = sub.add_parser("journal", help="read transaction log journals")
+    p = sub.add_parser("journal", help="read, verify and repair transaction log journals")
     jsub = p.add_subparsers(dest="journal_command", required=True)
     for name in ("dump", "grep"):
         j = jsub.add_parser(name, help=f"{name} journal records")
@@ -251,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
             j.add_argument("--end", help="a bookmark or timestamp")
         j.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
         j.set_defaults(func=cmd_journal)
+    j = jsub.add_parser("verify", help="check every record of journal files; exit 1 on damage")
+    j.add_argument("paths", nargs="+", help="journal files or directories (live, archived, compressed)")
+    j.set_defaults(func=cmd_journal)
+    j = jsub.add_parser("repair", help="move a journal file's damaged bytes to side files, keeping every valid record")
+    j.add_argument("file", help="a plain journal file (the broker using its directory must be stopped)")
+    j.set_defaults(func=cmd_journal)
     return parser
 
 

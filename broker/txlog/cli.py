@@ -1,4 +1,4 @@
-"""``broker journal dump`` and ``broker journal grep``: read journal files offline.
+"""``broker journal dump|grep|verify|repair``: read, check and repair journal files offline.
 
 Both take journal files and/or directories (JournalDirectory, JournalArchiveDirectory), read plain and
 compressed files, and print one record per line as JSON (``jsonl``) or as an aligned ``table``.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import fcntl
 import os
 import re
 import sys
@@ -21,9 +22,12 @@ import orjson
 
 from broker.errors import BrokerError, JournalError
 from broker.txlog.bookmarks import ReplayStart, format_bookmark, instance_hash, parse_bookmark
-from broker.txlog.files import FileState, JournalFile, list_files, parse_name
+from broker.txlog.damage import scan_file
+from broker.txlog.files import FileState, JournalFile, fsync_directory, list_files, parse_name
 from broker.txlog.reader import JournalReader
 from broker.txlog.records import Record
+from broker.txlog.segments import LOCK_NAME
+from broker.txlog.summary import summary_path
 
 _REGEX_CHARS = re.compile(r"[.*+?\[\](){}^$|\\]")
 _FORMATS = ("jsonl", "table")
@@ -274,3 +278,125 @@ def grep(
         if unparsed and err is not None:
             err.write(f"warning: {unparsed} record(s) could not be parsed with their message type\n")
     return count
+
+
+# -- verify and repair ----------------------------------------------------------------------------------------
+
+def verify(paths_or_dirs: Iterable[str | os.PathLike[str]], *, out: TextIO = sys.stdout) -> int:
+    """Read every record of every journal file given and report damage.
+
+    A bad end of an instance's newest file is a torn tail (cut at the next start) and is reported without
+    failing; any other damage is reported with its file, offset, byte count and sequence range.
+
+    Args:
+        paths_or_dirs: Journal files and/or directories.
+        out: Where the report goes (one line per file, one per damaged range).
+
+    Returns:
+        0 when no damage was found, 1 otherwise (the exit status of ``broker journal verify``).
+
+    Raises:
+        JournalError: A path does not exist or is not a journal file.
+    """
+    damaged = 0
+    for _instance, files in _collect(paths_or_dirs).items():
+        previous = 0
+        for pos, jf in enumerate(files):
+            scan = scan_file(jf.path, previous)
+            newest = pos == len(files) - 1
+            span = f"sequences {scan.first_sequence}-{scan.last_sequence}" if scan.records else "no records"
+            problems = scan.damaged or []
+            out.write(f"{'ok' if not problems else 'DAMAGED'} {jf.path}: {scan.records} records, {span}\n")
+            for damage in problems:
+                if damage.at_end and newest:
+                    out.write(f"  torn tail at offset {damage.offset} ({damage.size} bytes: {damage.detail}): "
+                              "a write cut by a crash, cut at the next start\n")
+                    continue
+                damaged += 1
+                out.write(f"  {damage.describe()}\n  fix: broker journal repair {jf.path}\n")
+            previous = scan.last_sequence or previous
+    out.write(f"{damaged} damaged range(s) found\n" if damaged else "no damage found\n")
+    return 1 if damaged else 0
+
+
+def repair(path: str | os.PathLike[str], *, out: TextIO = sys.stdout) -> int:
+    """Move the damaged byte ranges of a plain journal file to side files and rewrite it without them.
+
+    Each range goes to ``<file>.damaged-<offset>`` (fsynced); the file is rewritten without the ranges to a
+    temporary file, fsynced and renamed over the original, and the directory fsynced: a crash leaves the old
+    file or the new one. Every valid record, before and after the damage, is kept. The file's summary is
+    removed (the next start scans the file and writes a new one).
+
+    Args:
+        path: A plain journal file (decompress a ``.journal.zst`` first).
+        out: Where the report goes.
+
+    Returns:
+        0 (also when there was nothing to repair).
+
+    Raises:
+        JournalError: Not a plain journal file, a broker holds the journal directory, or writing failed.
+    """
+    p = Path(path)
+    parsed = parse_name(p.name)
+    if parsed is None or not p.is_file():
+        raise JournalError(f"{p} is not a journal file (expected an existing <instance>.<index>.journal)")
+    instance, index, compressed = parsed
+    if compressed:
+        raise JournalError(f"{p} is compressed: decompress it first (zstd -d {p}) and repair the plain file")
+    lock = _hold_directory(p.parent)
+    try:
+        scan = scan_file(p)
+        damage = scan.damaged or []
+        if not damage:
+            out.write(f"{p}: no damage, {scan.records} records; nothing to do\n")
+            return 0
+        content = p.read_bytes()
+        keep: list[bytes] = []
+        pos = 0
+        try:
+            for d in damage:
+                side = p.with_name(f"{p.name}.damaged-{d.offset}")
+                _write_durably(side, content[d.offset : d.end])
+                out.write(f"moved {d.size} bytes at offset {d.offset} to {side} "
+                          f"({d.detail}; {d.error(hint=False).affected})\n")
+                keep.append(content[pos : d.offset])
+                pos = d.end
+            keep.append(content[pos:])
+            tmp = p.with_name(p.name + ".repair.tmp")
+            _write_durably(tmp, b"".join(keep), mode=os.stat(p).st_mode & 0o777)
+            os.replace(tmp, p)
+            fsync_directory(p.parent)
+        except OSError as exc:
+            raise JournalError(f"cannot repair {p}: {exc}") from exc
+        summary_path(p.parent, instance, index).unlink(missing_ok=True)
+        out.write(f"{p}: {scan.records} records kept, {len(damage)} damaged range(s) moved aside\n")
+        return 0
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _hold_directory(directory: Path) -> int:
+    """Take the journal directory's lock if it has one (a running broker refuses the repair)."""
+    lock_path = directory / LOCK_NAME
+    if not lock_path.exists():
+        return -1
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise JournalError(f"a broker is using {directory} (lock {lock_path}): stop it before repairing") from None
+    return fd
+
+
+def _write_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
