@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -103,14 +104,20 @@ class BrokerProcess:
         """The AMPS URI of the JSON transport."""
         return f"tcp://127.0.0.1:{self.port}/amps/json"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        """Start and wait until the transport (and Admin) accept connections."""
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+    def start(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> BrokerProcess:
+        """Start and wait until the transport (and Admin) accept connections.
+
+        Args:
+            timeout: How long to wait for the ports.
+            env: Variables set for this run on top of ``os.environ`` (e.g. ``{"BROKER_FAULT": point}``, see
+                :mod:`broker.faults`).
+        """
+        run_env = {**os.environ, **(env or {})}
+        run_env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "broker", "serve", str(self.config_path)],
-                cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, env=run_env,
             )
         try:
             wait_for_port(self.port, timeout, self.proc)
@@ -140,6 +147,18 @@ class BrokerProcess:
                 self.proc.kill()
                 self.proc.wait()
         code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for the process to end by itself (e.g. a fault point's SIGKILL:
+        ``-9``); returns its exit code, or ``None`` if it is still running (it is left running)."""
+        if self.proc is None:
+            return None
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
         self.proc = None
         return code
 
