@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Any
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
 from broker.txlog import Command, ReplayStart
-from broker.txlog.files import fsync_directory
+from broker.txlog.files import write_file_durably
 
 log = logging.getLogger("broker.recovery")
 
@@ -86,17 +85,8 @@ def read_state(path: Path) -> RecoveryState | None:
 
 def write_state(path: Path, state: RecoveryState) -> None:
     """Replace the state file atomically and durably (temporary file, fsync, rename, directory fsync)."""
-    tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps({"clean": state.clean, "last_sequence": state.last_sequence,
-                       "sequence_floor": state.sequence_floor}).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    write_file_durably(path, json.dumps({"clean": state.clean, "last_sequence": state.last_sequence,
+                                         "sequence_floor": state.sequence_floor}).encode())
 
 
 @dataclass

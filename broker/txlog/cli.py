@@ -23,7 +23,7 @@ import orjson
 from broker.errors import BrokerError, JournalError
 from broker.txlog.bookmarks import ReplayStart, format_bookmark, instance_hash, parse_bookmark
 from broker.txlog.damage import scan_file
-from broker.txlog.files import FileState, JournalFile, fsync_directory, list_files, parse_name
+from broker.txlog.files import FileState, JournalFile, list_files, parse_name, write_file_durably
 from broker.txlog.reader import JournalReader
 from broker.txlog.records import Record
 from broker.txlog.segments import LOCK_NAME
@@ -357,16 +357,13 @@ def repair(path: str | os.PathLike[str], *, out: TextIO = sys.stdout) -> int:
         try:
             for d in damage:
                 side = p.with_name(f"{p.name}.damaged-{d.offset}")
-                _write_durably(side, content[d.offset : d.end])
+                write_file_durably(side, content[d.offset : d.end])
                 out.write(f"moved {d.size} bytes at offset {d.offset} to {side} "
                           f"({d.detail}; {d.error(hint=False).affected})\n")
                 keep.append(content[pos : d.offset])
                 pos = d.end
             keep.append(content[pos:])
-            tmp = p.with_name(p.name + ".repair.tmp")
-            _write_durably(tmp, b"".join(keep), mode=os.stat(p).st_mode & 0o777)
-            os.replace(tmp, p)
-            fsync_directory(p.parent)
+            write_file_durably(p, b"".join(keep), mode=os.stat(p).st_mode & 0o777)
         except OSError as exc:
             raise JournalError(f"cannot repair {p}: {exc}") from exc
         summary_path(p.parent, instance, index).unlink(missing_ok=True)
@@ -389,14 +386,3 @@ def _hold_directory(directory: Path) -> int:
         os.close(fd)
         raise JournalError(f"a broker is using {directory} (lock {lock_path}): stop it before repairing") from None
     return fd
-
-
-def _write_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)

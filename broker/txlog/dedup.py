@@ -18,12 +18,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 
 from broker.txlog.bookmarks import client_name_hash
-from broker.txlog.files import fsync_directory
+from broker.txlog.files import write_file_durably
 
 log = logging.getLogger("broker.txlog")
 
@@ -92,18 +91,10 @@ def save_snapshot(path: Path, sequence: int, table: dict[int, int]) -> None:
         sequence: The durable sequence the table covers: every record up to it is included.
         table: Publisher hash -> highest persisted ``s``.
     """
-    tmp = path.with_name(path.name + ".tmp")
     body = json.dumps(
         {"version": _SNAPSHOT_VERSION, "sequence": sequence, "publishers": {str(k): v for k, v in table.items()}}
     ).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    write_file_durably(path, body)
 
 
 def load_snapshot(path: Path) -> tuple[int, dict[int, int]] | None:

@@ -156,3 +156,31 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Replace a small file atomically and durably: ``<path>.tmp``, fsync, rename over ``path``, fsync the directory.
+
+    A crash leaves the old content or the new one, never a mix; on failure the temporary file is removed
+    and ``path`` is untouched. Used for the journal's summaries, the publisher snapshot, the SOW recovery
+    state file and ``broker journal repair``'s files.
+
+    Raises:
+        OSError: Writing, fsync or the rename failed (a full disk included).
+    """
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(target.parent)

@@ -14,6 +14,9 @@ Rules (``docs/txlog.md``):
   copies; :func:`~broker.txlog.files.list_files` picks one.
 * A copy keeps the original's modification time, so "not written for longer than Age" still measures
   from the last write after a file was archived to another disk or compressed.
+* The file's summary follows it (:mod:`broker.txlog.summary`): a rename keeps the stat its stamp records;
+  a copy or a compression computes the CRC of the content it copies and, when that is the summary's,
+  stamps the summary with the new file, so the next start trusts it without reading it.
 
 :func:`archive_older`, :func:`compress_older` and :func:`remove_older` are the passes the journal actions
 run: every sealed file last written at or before a cutoff time, oldest first, skipping (and reporting) the
@@ -22,6 +25,7 @@ files a replay may still read.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import google_crc32c
 import zstandard
 
 from broker.errors import JournalError
@@ -43,7 +48,7 @@ from broker.txlog.files import (
     parse_name,
 )
 from broker.txlog.reader import lowest_file_in_use
-from broker.txlog.summary import summary_path
+from broker.txlog.summary import restamp, summary_path
 
 __all__ = [
     "PassResult",
@@ -114,6 +119,29 @@ def replace_with_copy(src: Path, dest: Path, copy: Callable[[BinaryIO, BinaryIO]
     return dest
 
 
+class _CrcReader:
+    """Reads through to a file, keeping the CRC32C of what was read."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.crc = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.crc = google_crc32c.extend(self.crc, data)
+        return data
+
+
+def _restamp(journal_directory: str | os.PathLike[str] | None, src: Path, dest: Path, crc: int) -> None:
+    """Point the summary of ``src`` (in the JournalDirectory) at its copy ``dest`` when the CRC agrees."""
+    parsed = parse_name(src.name)
+    if parsed is None:
+        return
+    where = summary_path(Path(journal_directory or src.parent), parsed[0], parsed[1])
+    with contextlib.suppress(OSError):  # not stamped: the next start checks the file once
+        restamp(where, dest, dest.stat(), crc)
+
+
 def _check_sealed(path: Path, journal_directory: str | os.PathLike[str] | None) -> tuple[str, int]:
     instance, index, _compressed = _identify(path)
     siblings = _siblings(path, instance, journal_directory)
@@ -151,7 +179,15 @@ def archive_file(path: str | os.PathLike[str], archive_directory: str | os.PathL
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            replace_with_copy(src, dest, lambda fin, fout: shutil.copyfileobj(fin, fout, CHUNK))
+            reader: list[_CrcReader] = []
+
+            def copy(fin: BinaryIO, fout: BinaryIO) -> None:
+                reader.append(_CrcReader(fin))
+                shutil.copyfileobj(reader[0], fout, CHUNK)  # type: ignore[arg-type]
+
+            replace_with_copy(src, dest, copy)
+            if not src.name.endswith(COMPRESSED_SUFFIX):  # a compressed file's summary CRC is of its content
+                _restamp(src.parent, src, dest, reader[0].crc)
     except OSError as exc:
         raise JournalError(f"cannot archive {src} to {dest_dir}: {exc}") from exc
     return dest
@@ -181,13 +217,17 @@ def compress_file(
     dest = src.with_name(src.name[: -len(".journal")] + COMPRESSED_SUFFIX)
     cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
 
+    reader: list[_CrcReader] = []
+
     def compress(fin: BinaryIO, fout: BinaryIO) -> None:
-        cctx.copy_stream(fin, fout, size=os.fstat(fin.fileno()).st_size, read_size=CHUNK, write_size=CHUNK)
+        reader.append(_CrcReader(fin))
+        cctx.copy_stream(reader[0], fout, size=os.fstat(fin.fileno()).st_size, read_size=CHUNK, write_size=CHUNK)
 
     try:
         replace_with_copy(src, dest, compress)
     except OSError as exc:
         raise JournalError(f"cannot compress {src}: {exc}") from exc
+    _restamp(journal_directory, src, dest, reader[0].crc)
     return dest
 
 

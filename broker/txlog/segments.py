@@ -10,7 +10,9 @@ thread at a time). It knows bytes, not records: the writer decides where records
   by :meth:`truncate_to_durable`, so nothing half-written is left behind.
 * **Rotation.** The full file is fsynced by the writer, then the next file is opened *before* the full one
   is closed (a full disk leaves the writer on the old file, retrying later), and the full file's summary
-  (:mod:`broker.txlog.summary`) is written from the CRC kept while writing.
+  (:mod:`broker.txlog.summary`) is written from the CRC kept while writing, stamped with the file's ``stat``
+  after its mtime is set into the past (:func:`~broker.txlog.summary.seal_mtime`: a later write, even in the
+  same clock tick, then changes it).
 * **Preallocation.** Empty files ahead only make problems show early: failing to create them is logged, not
   an error, until one is needed.
 """
@@ -30,7 +32,7 @@ import google_crc32c
 from broker.errors import JournalError
 from broker.faults import fault_point
 from broker.txlog.files import fsync_directory, journal_name
-from broker.txlog.summary import FileSummary, content_crc, summary_path, write_summary
+from broker.txlog.summary import FileSummary, Stamp, content_crc, seal_mtime, summary_path, write_summary
 
 log = logging.getLogger("broker.txlog")
 
@@ -203,7 +205,12 @@ class SegmentFiles:
         assert self.size == self.durable_size, "rotate() needs the full file fsynced first"
         fault_point("journal-mid-rotation")
         full_index = self.index
-        summary = FileSummary(self.size, self._crc, self.records, self.first_sequence, self.last_sequence)
+        try:
+            stamp: Stamp | None = Stamp.of(seal_mtime(self.fd))
+        except OSError as exc:  # only makes the next start check this file once
+            log.warning("cannot stamp journal %s for its summary (%s)", self.path, exc)
+            stamp = None
+        summary = FileSummary(self.size, self._crc, self.records, self.first_sequence, self.last_sequence, stamp)
         self.open(full_index + 1)
         self.rotations += 1
         write_summary(summary_path(self.directory, self.instance, full_index), summary)
