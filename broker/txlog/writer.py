@@ -454,10 +454,11 @@ class JournalWriter:
             for phash, pseq in publishers.items():
                 if pseq > self._pending_publishers.get(phash, 0):
                     self._pending_publishers[phash] = pseq
+        # Once per episode (the server logs the episode and its end); each retry only at debug level.
+        log.log(logging.DEBUG if self._disk_full else logging.WARNING,
+                "journal disk full writing %s (%s): %d records wait for space", self.current_path, exc, len(rest))
         self._disk_full = True
         self._disk_full_count += 1
-        log.warning("journal disk full writing %s (%s): %d records wait for space", self.current_path, exc,
-                    len(rest))
         raise JournalFullError(self.current_path, exc.strerror or str(exc)) from exc
 
     def _write_batch(self, batch: list[bytes]) -> tuple[int, bool]:

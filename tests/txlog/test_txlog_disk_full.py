@@ -125,3 +125,33 @@ def test_real_full_tmpfs(tmp_path: Path, make_config: Callable[..., object]) -> 
         w.close()
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_is_logged_once_per_episode(open_writer: Callable[..., JournalWriter],
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    w = open_writer()
+    w.append("publish", "t", b"one")
+    real = os.write
+    full = {"on": True}
+
+    def write(fd: int, data: object) -> int:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "write", write)
+    caplog.set_level("DEBUG", logger="broker.txlog")
+    for _ in range(5):
+        with pytest.raises(JournalFullError):
+            w.sync()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "disk full" in r.getMessage()]
+    assert len(warnings) == 1 and w.statistics().disk_full_count == 5
+    full["on"] = False
+    assert w.sync() == 1 and not w.disk_full
+    full["on"] = True  # a second episode is logged again
+    w.append("publish", "t", b"two")
+    with pytest.raises(JournalFullError):
+        w.sync()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "disk full" in r.getMessage()]
+    assert len(warnings) == 2
