@@ -17,7 +17,7 @@ from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.queries import QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import TopicPattern
-from broker.errors import BrokerError, CommandError
+from broker.errors import BrokerError, CommandError, StorageError
 from broker.faults import fault_point
 from broker.memo import Memo
 from broker.sow.record import SowRecord
@@ -59,6 +59,10 @@ class Journal(Protocol):
     """The part of the transaction log the engine uses (see :mod:`broker.txlog`)."""
 
     def append(self, command: str, topic: str, data: bytes, **fields: Any) -> tuple[int, str]: ...
+
+    def release(self, sequence: int) -> None: ...
+
+    def retract(self, sequence: int) -> bool: ...
 
 
 class Engine:
@@ -105,6 +109,8 @@ class Engine:
         self.latency = latency
         #: Highest publish-store sequence applied per publisher name (de-duplication).
         self.publisher_seq: dict[str, int] = {}
+        #: The last :meth:`expire` left due records for later (journal disk full, storage not writable).
+        self.expiry_waiting = False
 
     # -- helpers -------------------------------------------------------------------------------------
     def is_duplicate(self, client_name: str, seq: int) -> bool:
@@ -173,19 +179,29 @@ class Engine:
         sequence = 0
         logged = self.journal is not None and self.is_logged(topic)
         if logged:
+            # Held while the SOW is written: a failed SOW write takes the record back (never written, its
+            # publisher is told it failed, and a re-send is not a duplicate).
             sequence, bm = self.journal.append(
                 "delta_publish" if delta else "publish", topic, body,
                 sow_key=key or "", publisher=(client.name_hash, seq or 0),
                 message_type=mt.name, correlation_id=x or "", timestamp_ns=now_ns, expiration_ns=expire_at,
+                held=sow is not None,
             )
-        if seq and client.name:
-            self.publisher_seq[client.name] = seq
         if sow is not None:
             assert key is not None
             record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
-            sow.upsert(record, previous)
             if logged:
+                try:
+                    sow.upsert(record, previous)
+                except BaseException:
+                    self.journal.retract(sequence)
+                    raise
+                self.journal.release(sequence)
                 fault_point("sow-after-write")  # applied to the SOW, its journal record not yet durable
+            else:
+                sow.upsert(record, previous)
+        if seq and client.name:  # only once applied: a publish that failed may be sent again
+            self.publisher_seq[client.name] = seq
         delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
         if sow is not None and self.router.windows.covers(topic):
             assert key is not None
@@ -397,14 +413,32 @@ class Engine:
         self._send_oof(sow, removed, "deleted")
 
     def expire(self, now_ns: int | None = None) -> int:
-        """Remove expired SOW records, sending ``expired`` OOF notices; returns how many."""
+        """Remove expired SOW records, sending ``expired`` OOF notices; returns how many.
+
+        A logged topic waits while the journal's disk is full (its ``expire`` records could not be written, so
+        the SOW and the journal would disagree), and any topic waits while its storage cannot be written
+        (``Storage.writable``); :attr:`expiry_waiting` then tells the sweeper to come back later. Records past
+        their time are hidden from queries meanwhile, and a publish over one sends its ``expired`` OOF.
+        """
         now_ns = now_ns or time.time_ns()
         total = 0
+        self.expiry_waiting = False
+        journal_full = bool(getattr(self.journal, "disk_full", False))
         for sow in self.sow_topics.values():
             nxt = sow.next_expiry_ns()
             if nxt is None or nxt > now_ns:
                 continue
-            expired = sow.pop_expired(now_ns)
+            if (journal_full and self.is_logged(sow.name)) or not sow.storage.writable():
+                self.expiry_waiting = True
+                continue
+            try:
+                expired = sow.pop_expired(now_ns)
+            except StorageError as exc:
+                # The records stay; their due times were taken off the index: learn them again (one scan).
+                log.error("SOW topic %s: expiring records failed (%s); retrying later", sow.name, exc)
+                sow.rebuild_expiry_index()
+                self.expiry_waiting = True
+                continue
             if expired:
                 total += len(expired)
                 if self.journal is not None and self.is_logged(sow.name):

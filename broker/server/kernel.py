@@ -286,8 +286,14 @@ class Broker:
         while True:
             nxt = self.engine.next_expiry_ns()
             delay = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.time_ns()) / 1e9))
+            if self.engine.expiry_waiting:  # the journal's disk is full or a store cannot be written: later
+                delay = 0.5
             await trio.sleep(delay)
-            self.engine.expire()
+            try:
+                self.engine.expire()
+            except BrokerError as exc:  # a store that cannot be read either: the next sweep tries again
+                log.error("expiring SOW records failed: %s; retrying", exc)
+                await trio.sleep(5.0)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled: side tasks, then the listeners. Reports the bound addresses."""

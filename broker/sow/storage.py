@@ -38,6 +38,12 @@ class Snapshot(abc.ABC):
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop`` in ascending key order."""
 
+    def writable(self) -> bool:
+        """Whether a write can be tried now. An engine whose writes failed (a full disk) answers False until
+        it has recovered, trying to recover when asked (at most every few seconds); the expiration sweeper
+        waits meanwhile. Engines that never need to recover answer True."""
+        return True
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the snapshot. Idempotent."""
@@ -79,6 +85,12 @@ class Storage(abc.ABC):
         """Make every write so far durable (survive a power cut). A clean shutdown calls it before it marks
         the stop clean, which lets the next start skip checking the SOW against the transaction log.
         Engines that keep data on disk without syncing each write should implement it."""
+
+    def writable(self) -> bool:
+        """Whether a write can be tried now. An engine whose writes failed (a full disk) answers False until
+        it has recovered, trying to recover when asked (at most every few seconds); the expiration sweeper
+        waits meanwhile. Engines that never need to recover answer True."""
+        return True
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -65,6 +65,18 @@ class PublisherDedup:
         if s > self._appended.get(publisher_hash, 0):
             self._appended[publisher_hash] = s
 
+    def appended_hash(self, publisher_hash: int) -> int:
+        """The highest appended ``s`` of a publisher (0 when none)."""
+        return self._appended.get(publisher_hash, 0)
+
+    def restore_appended(self, publisher_hash: int, s: int) -> None:
+        """Put a publisher's highest appended ``s`` back to an earlier value (a retracted record)."""
+        with self._lock:
+            if s:
+                self._appended[publisher_hash] = s
+            else:
+                self._appended.pop(publisher_hash, None)
+
     def note_persisted(self, updates: dict[int, int]) -> None:
         """Record that the publishes in ``updates`` (hash -> highest ``s``) are durable."""
         with self._lock:

@@ -145,6 +145,9 @@ class JournalWriter:
         self._last_ts = 0
         self._durable = 0
         self._floor = 0
+        # A record appended with held=True that sync() leaves in the buffer until release() or retract().
+        self._held = 0
+        self._held_undo: tuple[int, int, int, int] = (0, 0, 0, 0)  # publisher hash, s, pending s, appended s
         self._opened = False
         self._closed = False
         self._failed: BaseException | None = None
@@ -312,6 +315,7 @@ class JournalWriter:
         correlation_id: bytes | str = b"",
         timestamp_ns: int | None = None,
         expiration_ns: int = 0,
+        held: bool = False,
     ) -> tuple[int, str]:
         """Give a command its sequence and bookmark and buffer its record. Not durable until :meth:`sync`.
 
@@ -327,6 +331,9 @@ class JournalWriter:
                 raised to the last one logged, so replay by time stays a suffix of the journal.
             expiration_ns: When the message expires (absolute, ns since the epoch, UTC); 0 when it never
                 does. Journaled so that a SOW rebuilt from the journal expires what it should.
+            held: Keep the record out of :meth:`sync` until :meth:`release` (or take it back with
+                :meth:`retract`): the engine holds a publish's record while it writes the SOW, so that a
+                failed SOW write can take the record back before it is written.
 
         Returns:
             ``(sequence, bookmark)``.
@@ -359,11 +366,51 @@ class JournalWriter:
             self._last_ts = ts
             self._appended_records += 1
             self._appended_bytes += len(raw)
-            if pseq and pseq > self._pending_publishers.get(phash, 0):
+            pending = self._pending_publishers.get(phash, 0)
+            if pseq and pseq > pending:
                 self._pending_publishers[phash] = pseq
+            if held:
+                self._held = seq
+                self._held_undo = (phash, pseq, pending, self.dedup.appended_hash(phash) if pseq else 0)
         if pseq:
             self.dedup.note_appended(phash, pseq)
         return seq, format_bookmark(self.instance_hash, seq)
+
+    def release(self, sequence: int) -> None:
+        """Let :meth:`sync` take the record appended with ``held=True`` (no effect for another sequence)."""
+        if self._held == sequence:
+            self._held = 0
+
+    def retract(self, sequence: int) -> bool:
+        """Take back the record appended last with ``held=True``: it is never written.
+
+        For a publish whose SOW write failed (its publisher is told so): the record must not be replayed, and
+        the publisher's re-send is not a duplicate (de-duplication forgets its ``s``). The sequence is not
+        handed out again: it becomes a gap, like those of :meth:`raise_sequence_floor` (a bookmark could
+        have been seen elsewhere, e.g. in a SOW record a storage engine kept after all); :attr:`durable_sequence`
+        covers it with the next :meth:`sync`.
+
+        Returns:
+            True when the record was taken back; False when ``sequence`` is not the held record (already
+            released or retracted).
+        """
+        with self._lock:
+            if self._held != sequence or sequence != self._last_seq or not self._buffer:
+                return False
+            raw = self._buffer.pop()
+            self._held = 0
+            self._pending_bytes -= len(raw)
+            self._appended_records -= 1
+            self._appended_bytes -= len(raw)
+            phash, pseq, pending, appended = self._held_undo
+            if pseq:
+                if pending:
+                    self._pending_publishers[phash] = pending
+                else:
+                    self._pending_publishers.pop(phash, None)
+        if pseq:
+            self.dedup.restore_appended(phash, appended)
+        return True
 
     def raise_sequence_floor(self, sequence: int) -> None:
         """Make the next sequence handed out greater than ``sequence`` (no effect when it already is).
@@ -406,13 +453,19 @@ class JournalWriter:
                 last = self._last_seq
                 publishers = self._pending_publishers
                 self._pending_publishers = {}
+                if self._held and self._held == last and batch:  # a publish being applied: not yet
+                    last = self._held - 1
+                    self._buffer.append(batch.pop())
+                    self._pending_bytes = len(self._buffer[0])
+                    publishers = self._split_held(publishers)
             if self._failed is not None:
                 raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")
             if not batch:
                 # Nothing pending: every sequence up to ``last`` is on disk or was skipped by
-                # raise_sequence_floor (no record will ever have it).
+                # raise_sequence_floor or retract (no record will ever have it).
                 self._durable = max(self._durable, last)
-                self._disk_full = False
+                if last == self._last_seq:
+                    self._disk_full = False
                 return self._durable
             if self._closed:
                 raise JournalError("the journal writer is closed")
@@ -441,6 +494,19 @@ class JournalWriter:
                 self._save_dedup()
             return self._durable
 
+    def _split_held(self, publishers: dict[int, int]) -> dict[int, int]:
+        """The batch's publishers without the held record's ``s``, which stays pending (under the lock)."""
+        phash, pseq, pending, _appended = self._held_undo
+        if not pseq:
+            return publishers
+        publishers = dict(publishers)
+        if pending:
+            publishers[phash] = pending
+        else:
+            publishers.pop(phash, None)
+        self._pending_publishers = {phash: pseq}
+        return publishers
+
     def _no_space(self, rest: list[bytes], publishers: dict[int, int], exc: OSError) -> None:
         """A full disk: cut the file back to its durable size, keep ``rest`` for the next sync, raise."""
         try:
@@ -454,6 +520,9 @@ class JournalWriter:
             for phash, pseq in publishers.items():
                 if pseq > self._pending_publishers.get(phash, 0):
                     self._pending_publishers[phash] = pseq
+            held_hash, held_s, before, appended = self._held_undo
+            if self._held and publishers.get(held_hash, 0) > before:  # the records put back precede it
+                self._held_undo = (held_hash, held_s, publishers[held_hash], appended)
         # Once per episode (the server logs the episode and its end); each retry only at debug level.
         log.log(logging.DEBUG if self._disk_full else logging.WARNING,
                 "journal disk full writing %s (%s): %d records wait for space", self.current_path, exc, len(rest))
