@@ -2,8 +2,10 @@
 
 One broker directory, 20 cycles of: start (the restart of the previous cycle), a publisher storming keyed
 messages with persisted acks and a live subscriber for a random 0.2-1.5 s, kill -9, read what was left on
-disk, restart, check the rule (:func:`crash_harness.check_recovery`). The random moments come from a fixed
-seed, printed, so a failure can be replayed.
+disk, restart, check the rule (:func:`crash_harness.check_recovery`). Message sizes vary per cycle (up to
+20 KB: a storm can cross the 10MB journal size), and an action archives and compresses sealed journals and
+compacts the SOW every second, so kills also land in rotations, copies and compactions. The random moments
+and sizes come from a fixed seed, in every failure message, so a failure can be replayed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from crash_harness import LiveSubscriber, Publisher, check_recovery, make_broker, observe_crash
+from crash_harness import LiveSubscriber, Publisher, check_recovery, every_second, make_broker, observe_crash
 
 CYCLES = 20
 SEED = 13
@@ -23,16 +25,18 @@ SEED = 13
 @pytest.mark.timeout(180)
 def test_kill_9_at_random_moments_under_a_publish_storm(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    broker = make_broker(tmp_path).start()
+    actions = every_second("archive-journal", "compress-journal", "compact-sow")
+    broker = make_broker(tmp_path, archive=True, actions=actions).start()
     live_reuse: list[str] = []
     in_flight = 0  # cycles killed with publishes sent but not persisted-acked
     rolled_back = 0  # cycles whose kill left SOW records above the journal's last record
     try:
         for cycle in range(CYCLES):
             storm = rng.uniform(0.2, 1.5)
-            label = f"cycle {cycle} (seed {SEED}, storm {storm:.2f}s)"
+            pad = rng.choice((0, 0, 3000, 20_000))
+            label = f"cycle {cycle} (seed {SEED}, storm {storm:.2f}s, pad {pad})"
             live = LiveSubscriber(broker.uri, f"live{cycle}")
-            pub = Publisher(broker.uri, f"r{cycle}", keys=200, batch=20, pause=0.004).start()
+            pub = Publisher(broker.uri, f"r{cycle}", keys=200, pad=pad, batch=10, pause=0.002).start()
             pub.wait_sent(1)
             time.sleep(storm)  # the random moment itself: nothing waits on it
             broker.kill()
