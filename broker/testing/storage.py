@@ -216,6 +216,11 @@ class StorageConformance:
         assert storage.count() == 250
         assert storage.get(b"0001") == b"x" * 100
 
+    def test_a_healthy_store_is_writable(self, storage: Storage) -> None:
+        assert storage.writable()
+        storage.write(puts=[(b"k", b"v")])
+        assert storage.writable()
+
     def test_close_is_idempotent(self, storage: Storage) -> None:
         storage.close()
         storage.close()

@@ -35,11 +35,25 @@ exact without an O(n) pass per ``count()`` and without a second read per publish
 Reads use a bloom filter (``bloom_filter_bits``, default 10 bits per key): a point read then touches at
 most one data block instead of one per LevelDB level whose key range covers the key, and a read of a
 key that is not there (an insert) usually touches none.
+
+**A full disk.** When a write fails with an I/O error (ENOSPC or EDQUOT on LevelDB's log or on a table a
+background compaction writes), LevelDB keeps failing every later write with that error, even once space
+returns, until the database is opened again. So the storage stops writing (each write raises
+``StorageError`` at once, reads go on from the open database) and recovers by itself: at the next write
+(or :meth:`LevelDBStorage.writable`) after a back-off (0.1 s doubling to 5 s), when the file system has room
+for what reopening writes (the size of LevelDB's log files, which become a table, plus 512 KiB), it closes
+the database and opens it again. Reopening replays LevelDB's log: every write that succeeded is there, and a
+write that failed is not (a write batch is all or nothing, and a record cut short by the full disk fails its
+checksum and is dropped). The record count is taken again after the reopen. Nothing of this costs the hot
+path anything: the checks run only after a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +75,13 @@ DEFAULT_BLOOM_BITS = 10
 
 #: Memtable size when the option is not given (see the module docstring).
 DEFAULT_WRITE_BUFFER = 16 * 1024 * 1024
+
+#: Seconds between attempts to reopen after a failed write: doubling from the first to the last.
+RECOVER_BACKOFF = (0.1, 5.0)
+#: Free bytes needed beyond the size of LevelDB's log files before a reopen is tried.
+REOPEN_MARGIN = 512 * 1024
+
+log = logging.getLogger("broker.sow")
 
 
 def _positive_size(value: str) -> int:
@@ -191,25 +212,107 @@ class LevelDBStorage(Storage):
             raise StorageError(
                 f"Cannot create the leveldb directory {self.path!r}: {exc}. Check FileName and permissions."
             ) from exc
-        try:
-            self._db: Any = plyvel.DB(self.path, **db_kwargs)
-        except plyvel.Error as exc:
-            raise _wrap(exc, self.path, "opening") from exc
+        self._db_kwargs = db_kwargs
         self._closed = False
         self._writes = 0
         #: ``(key, exists)`` of the last point read, valid until the next write (see the module docstring).
         self._probe: tuple[bytes, bool] | None = None
+        #: The open database (``None`` once closed, or when a reopen failed); ``_wdb`` is it while writable.
+        self._db: Any = None
+        self._wdb: Any = None
+        self._count = 0
+        #: Why writes stopped (a full disk), when to try reopening next, and the back-off.
+        self._failure: str | None = None
+        self._next_try = 0.0
+        self._backoff = RECOVER_BACKOFF[0]
+        #: Times the database was reopened after a failed write.
+        self.reopens = 0
+        self._open()
+
+    def _open(self) -> None:
+        """Open the database and count its records.
+
+        Raises:
+            StorageError: It cannot be opened or read.
+        """
         try:
-            with self._db.iterator(include_value=False) as it:
-                self._count = sum(1 for _ in it)
+            db = plyvel.DB(self.path, **self._db_kwargs)
         except plyvel.Error as exc:
-            self._db.close()
+            raise _wrap(exc, self.path, "opening") from exc
+        try:
+            with db.iterator(include_value=False) as it:
+                count = sum(1 for _ in it)
+        except plyvel.Error as exc:
+            db.close()
             raise _wrap(exc, self.path, "counting records at open") from exc
+        self._db = self._wdb = db
+        self._count = count
+        self._probe = None
 
     def _live(self) -> Any:
+        return self._db if self._db is not None else self._recover_or_raise()
+
+    def _writable_db(self) -> Any:
+        return self._wdb if self._wdb is not None else self._recover_or_raise()
+
+    def _recover_or_raise(self) -> Any:
+        """The database, reopened after a failed write; raises when it is closed or cannot be reopened yet."""
         if self._closed:
             raise StorageError(f"leveldb storage at {self.path!r} is closed.")
-        return self._db
+        if not self.writable():
+            raise StorageError(
+                f"leveldb storage at {self.path!r} cannot be written since a write failed ({self._failure}); it "
+                "is opened again by itself once the disk has room"
+            )
+        return self._wdb
+
+    def _write_failed(self, exc: Exception) -> None:
+        """A write (or compaction) failed with an I/O error: stop writing until a reopen (module docstring)."""
+        text = exc.args[0] if exc.args else exc
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        if self._failure is None:
+            log.error("SOW storage %s (topic %s): a write failed (%s); writes are refused until the database "
+                      "is opened again, which is tried by itself once the disk has room", self.path,
+                      self.spec.topic, text)
+        self._failure = str(text)
+        self._wdb = None
+        self._probe = None
+        self._next_try = time.monotonic() + self._backoff
+
+    def writable(self) -> bool:
+        """Whether writes work; after a failed write, reopen the database when due and there is room."""
+        if self._wdb is not None:
+            return True
+        if self._closed or time.monotonic() < self._next_try:
+            return False
+        self._backoff = min(self._backoff * 2, RECOVER_BACKOFF[1])
+        self._next_try = time.monotonic() + self._backoff
+        if not self._room_to_reopen():
+            return False
+        old, self._db = self._db, None
+        if old is not None:
+            old.close()
+        try:
+            self._open()
+        except StorageError as exc:
+            log.warning("SOW storage %s: reopening after a failed write failed (%s); retrying", self.path, exc)
+            return False
+        self.reopens += 1
+        log.info("SOW storage %s (topic %s): writable again after reopening (%d records); the failed write "
+                 "was not applied", self.path, self.spec.topic, self._count)
+        self._failure = None
+        self._backoff = RECOVER_BACKOFF[0]
+        return True
+
+    def _room_to_reopen(self) -> bool:
+        """Whether the file system has room for what a reopen writes (LevelDB's logs become a table)."""
+        try:
+            st = os.statvfs(self.path)
+            logs = sum(e.stat().st_size for e in os.scandir(self.path) if e.name.endswith(".log"))
+        except OSError:
+            return True  # let the reopen say what is wrong
+        return st.f_bavail * st.f_frsize >= logs + REOPEN_MARGIN
 
     def _iterate(self, source: Any, start: bytes | None, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         try:
@@ -241,9 +344,12 @@ class LevelDBStorage(Storage):
 
         Raises:
             TypeError: a key or value is not ``bytes`` (nothing is written).
-            StorageError: the storage is closed or LevelDB fails.
+            StorageError: the storage is closed or LevelDB fails (nothing is written; after an I/O error such
+                as a full disk, writes fail at once until the storage has reopened itself).
         """
-        db = self._live()
+        db = self._wdb
+        if db is None:
+            db = self._recover_or_raise()
         put_list = puts if isinstance(puts, (list, tuple)) else list(puts)
         delete_list = deletes if isinstance(deletes, (list, tuple)) else list(deletes)
         probe, self._probe = self._probe, None
@@ -255,6 +361,8 @@ class LevelDBStorage(Storage):
                 existed = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
                 db.put(key, value, sync=self.sync)
             except plyvel.Error as exc:
+                if isinstance(exc, plyvel.IOError):
+                    self._write_failed(exc)
                 raise _wrap(exc, self.path, "writing") from exc
             self._count += not existed
             self._writes += 1
@@ -282,6 +390,8 @@ class LevelDBStorage(Storage):
                 for key in delete_list:
                     batch.delete(key)
         except plyvel.Error as exc:
+            if isinstance(exc, plyvel.IOError):
+                self._write_failed(exc)
             raise _wrap(exc, self.path, "writing") from exc
         self._count += delta
         self._writes += 1
@@ -303,36 +413,43 @@ class LevelDBStorage(Storage):
 
     def count(self) -> int:
         """The number of records (O(1); see the module docstring)."""
-        self._live()
+        if self._closed:
+            raise StorageError(f"leveldb storage at {self.path!r} is closed.")
         return self._count
 
     def compact(self) -> None:
         """Compact the whole key range (blocking; run it off the event loop thread)."""
-        db = self._live()
+        db = self._writable_db()
         try:
             db.compact_range()
         except plyvel.Error as exc:
+            if isinstance(exc, plyvel.IOError):
+                self._write_failed(exc)
             raise _wrap(exc, self.path, "compacting") from exc
 
     def make_durable(self) -> None:
         """Make every write so far durable: an empty write batch with ``sync`` fsyncs LevelDB's log, which
         holds every earlier write (its tables are fsynced when LevelDB writes them)."""
-        db = self._live()
+        db = self._writable_db()
         try:
             with db.write_batch(sync=True):
                 pass
         except plyvel.Error as exc:
+            if isinstance(exc, plyvel.IOError):
+                self._write_failed(exc)
             raise _wrap(exc, self.path, "syncing") from exc
 
     def close(self) -> None:
         """Close the database and release its lock. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._db.close()
+            db, self._db, self._wdb = self._db, None, None
+            if db is not None:
+                db.close()
 
     def statistics(self) -> dict[str, int]:
-        """``records`` and ``writes`` (write batches applied)."""
-        return {"records": self._count, "writes": self._writes}
+        """``records``, ``writes`` (write batches applied) and ``reopens`` (after failed writes)."""
+        return {"records": self._count, "writes": self._writes, "reopens": self.reopens}
 
     def __repr__(self) -> str:
         return f"LevelDBStorage(topic={self.spec.topic!r}, path={self.path!r})"
