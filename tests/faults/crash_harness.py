@@ -100,8 +100,9 @@ class Publisher:
     """
 
     def __init__(self, uri: str, run: str, *, keys: int = 200, pad: int = 0, batch: int = 20,
-                 pause: float = 0.005, limit: int = 100_000) -> None:
+                 pause: float = 0.005, limit: int = 100_000, topic: str = TOPIC) -> None:
         self.run, self.keys, self.batch, self.pause, self.limit = run, keys, batch, pause, limit
+        self.topic = topic
         self.pad = "x" * pad
         self.sent: list[str] = []
         self.acked: set[str] = set()
@@ -134,7 +135,7 @@ class Publisher:
                 for _ in range(min(self.batch, self.limit - n)):
                     cid = f"{self.run}.{n}"
                     self.sent.append(cid)
-                    command = (AMPS.Command("publish").set_topic(TOPIC).set_command_id(cid)
+                    command = (AMPS.Command("publish").set_topic(self.topic).set_command_id(cid)
                                .set_data(json.dumps({"id": n % self.keys, "c": cid, "pad": self.pad}))
                                .add_ack_type("persisted"))
                     self.client.execute_async(command, None)
@@ -158,14 +159,14 @@ class Publisher:
 
 
 class LiveSubscriber:
-    """A plain (no bookmark) subscription to ``orders``: the bookmarks and command ids it is handed."""
+    """A plain (no bookmark) subscription to ``topic``: the bookmarks and command ids it is handed."""
 
-    def __init__(self, uri: str, name: str = "live") -> None:
+    def __init__(self, uri: str, name: str = "live", topic: str = TOPIC) -> None:
         self.sequences: list[int] = []
         self.cids: list[str] = []
         self._cv = threading.Condition()
         self.client = connect(uri, name)
-        self.client.subscribe(self._on_message, TOPIC, timeout=10_000)  # returns once the broker acked it
+        self.client.subscribe(self._on_message, topic, timeout=10_000)  # returns once the broker acked it
 
     def _on_message(self, message: AMPS.Message) -> None:
         if message.get_command() != "publish":
@@ -322,10 +323,9 @@ def check_recovery(broker: BrokerProcess, directory: Path, crash: Crash, *, labe
 
         # (b) persisted acks are durable, once; no message was applied twice.
         counts: dict[str, int] = {}
-        for rec in records:
-            if rec.topic == TOPIC:
-                cid = json.loads(rec.data)["c"]
-                counts[cid] = counts.get(cid, 0) + 1
+        for rec in records:  # every topic: all of them come from a Publisher
+            cid = json.loads(rec.data)["c"]
+            counts[cid] = counts.get(cid, 0) + 1
         twice = sorted(c for c, n in counts.items() if n > 1)
         assert not twice, f"{label}: messages in the journal more than once: {twice[:10]}"
         lost = sorted(c for c in crash.acked if c not in counts)
