@@ -24,13 +24,7 @@ from broker.engine.router import Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError, JournalError
 from broker.txlog import Command, Record, ReplayStart, parse_bookmark
-
-try:
-    from broker.txlog.errors import JournalDamageError
-except ImportError:  # pragma: no cover - the txlog readers raise it from the issue-13 change on
-
-    class JournalDamageError(JournalError):  # type: ignore[no-redef]
-        """Stand-in until :mod:`broker.txlog` has it: a replay met a damaged record."""
+from broker.txlog.errors import JournalDamageError
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -170,8 +164,8 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 partial(journal.replay, position, until_sequence=until))
             try:
                 while True:
-                    chunk = await trio.to_thread.run_sync(_take, records)
-                    if not chunk:
+                    chunk, problem = await trio.to_thread.run_sync(_take, records)
+                    if not chunk and problem is None:
                         break
                     for rec in chunk:
                         read_to = rec.sequence
@@ -196,6 +190,8 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
                                              rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
                         sent += 1
+                    if problem is not None:
+                        raise problem  # after the good records read before it were sent
                     if session.outbound.size > WATERMARK:
                         await session.outbound.wait_below(WATERMARK // 2)
             except JournalDamageError:
@@ -237,8 +233,14 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         broker.replays_active -= 1
 
 
-def _take(records: Iterator[Record]) -> list[Record]:
-    return list(islice(records, CHUNK))
+def _take(records: Iterator[Record]) -> tuple[list[Record], JournalError | None]:
+    """Up to ``CHUNK`` records, and the error that ended the read early (the records before it are kept)."""
+    chunk: list[Record] = []
+    try:
+        chunk.extend(islice(records, CHUNK))
+    except JournalError as exc:
+        return chunk, exc
+    return chunk, None
 
 
 #: The AMPS reason of a failed replay (the official client maps it to ReplayFailedException).

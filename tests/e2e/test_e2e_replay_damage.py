@@ -276,10 +276,6 @@ def test_damage_met_by_a_replay_at_run_time_fails_that_subscription_only(
     assert broker.proc is not None and broker.proc.poll() is None
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "broker/server/replay.py reads the journal CHUNK (512) records per worker-thread call with "
-    "list(islice(records, CHUNK)); the JournalDamageError raised inside that call discards the records of the "
-    "chunk read before the damage, so none of up to 511 good records before it are delivered"))
 def test_a_replay_delivers_every_record_before_the_damage_then_the_notice(
         broker: BrokerProcess, tmp_path: Path, client_factory: Callable) -> None:
     damage_behind_the_running_broker(broker, tmp_path, client_factory)
