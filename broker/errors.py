@@ -40,7 +40,8 @@ class ConfigIssue:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
         prefix = "" if self.severity == "error" else "warning: "
-        return f"{where}: {prefix}{self.path}: {self.message}" if self.path else f"{where}: {prefix}{self.message}"
+        text = f"{prefix}{self.path}: {self.message}" if self.path else f"{prefix}{self.message}"
+        return f"{where}: {text}" if where else text
 
 
 class ConfigError(BrokerError):

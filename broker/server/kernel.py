@@ -111,8 +111,14 @@ class Broker:
         functions = {r.name: r.factory for r in self.plugins.filter_functions}
         missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
                    and not Path(t.file_name).exists()}
-        topics = {t.name: self._build_topic(t) for t in config.sow_topics}
+        # The journal first: its directory lock refuses a second broker before any SOW store is opened.
         self._open_journal()
+        try:
+            topics = {t.name: self._build_topic(t) for t in config.sow_topics}
+        except BaseException:
+            if self.journal is not None:
+                self.journal.close()  # release the directory lock: nothing was appended
+            raise
         #: What start-up recovery did (``None`` without a transaction log); see :mod:`.recovery`.
         self.recovery: RecoveryReport | None = None
         if self.journal is not None:

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from broker.config import load_config
-from broker.errors import ConfigError
+from broker.errors import JournalError
 from broker.server.kernel import Broker
 from broker.server.recovery import RecoveryState, read_state, state_path, write_state
 from broker.sow.record import SowRecord
@@ -265,13 +265,13 @@ def test_unlogged_topic_and_removed_journal_keep_the_sow(tmp_path: Path, caplog:
         close(broker)
 
 
-def test_a_second_broker_on_the_same_sow_is_refused_with_the_path(tmp_path: Path) -> None:
+def test_a_second_broker_on_the_same_data_is_refused_by_the_journal_lock_first(tmp_path: Path) -> None:
     broker = open_broker(tmp_path)
     try:
-        with pytest.raises(ConfigError) as info:
-            open_broker(tmp_path)
+        with pytest.raises(JournalError) as info:
+            open_broker(tmp_path)  # the journal is opened (and locked) before any SOW store
         text = str(info.value)
-        assert "orders.sow" in text and "another broker" in text and "FileName" in text
+        assert "another broker" in text and "journal.lock" in text
     finally:
         close(broker)
 
