@@ -433,10 +433,8 @@ class Engine:
                 continue
             try:
                 expired = sow.pop_expired(now_ns)
-            except StorageError as exc:
-                # The records stay; their due times were taken off the index: learn them again (one scan).
+            except StorageError as exc:  # the records stay, and stay due on the topic's expiry index
                 log.error("SOW topic %s: expiring records failed (%s); retrying later", sow.name, exc)
-                sow.rebuild_expiry_index()
                 self.expiry_waiting = True
                 continue
             if expired:

@@ -9,10 +9,14 @@ The rule (``docs/txlog.md``, "SOW recovery at start-up"):
   from the SOW: a record that was not durable was never acknowledged as persisted, its publisher's store
   sends it again, and a copy journaled from the SOW would carry no publisher fields, so de-duplication
   could not recognise the re-sent one and it would be applied twice.
-* The next sequence is above every sequence ever handed out: the highest one a SOW record carries is kept
-  in the recovery state file and given to :meth:`JournalWriter.raise_sequence_floor` before anything is
-  rolled back, so a bookmark a subscriber saw live is never handed out again, even if the broker stops
-  again before writing a new record.
+* The next sequence is above every sequence ever handed out. The journal's sequence reservation
+  (:mod:`broker.txlog.reservation`) already continues above every sequence handed out before a crash, live
+  ones included, and a SOW record's sequence is one of them. What it cannot know is kept here: the highest
+  sequence a SOW record carries (a journal directory removed or replaced while the SOW was kept, a lost
+  reservation file, a journal from before the reservation) is kept in the recovery state file and given to
+  :meth:`JournalWriter.raise_sequence_floor` (which reserves above it) before anything is rolled back, so a
+  bookmark a subscriber saw is never handed out again, even if the broker stops again before writing a new
+  record.
 
 Detection is cheap: a clean close writes the state file ``<instance>.sow-state`` in the JournalDirectory
 with ``clean: true`` (after the journal and every SOW store are synced), and start-up rewrites it with

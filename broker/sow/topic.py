@@ -170,17 +170,28 @@ class SowTopic:
 
         Costs O(expired log n): only due heap entries are examined; stale entries (the record was
         updated or deleted since) are skipped by comparing the stored expiration.
+
+        Raises:
+            StorageError: Reading or deleting failed. Nothing was removed and the due entries are back on the
+                expiry index, so a later call expires the same records.
         """
         expired: list[SowRecord] = []
         heap = self._expiry_heap
-        while heap and heap[0][0] <= now_ns:
-            exp, key = heapq.heappop(heap)
-            rec = self.get(key)
-            if rec is not None and rec.expire_at_ns == exp:
-                expired.append(rec)
-        if expired:
-            self.storage.write(deletes=[r.key.encode() for r in expired])
-            self.stats.expirations += len(expired)
+        taken: list[tuple[int, str]] = []
+        try:
+            while heap and heap[0][0] <= now_ns:
+                entry = heapq.heappop(heap)
+                taken.append(entry)
+                rec = self.get(entry[1])
+                if rec is not None and rec.expire_at_ns == entry[0]:
+                    expired.append(rec)
+            if expired:
+                self.storage.write(deletes=[r.key.encode() for r in expired])
+        except BaseException:
+            for entry in taken:  # stale ones too: they are skipped again next time
+                heapq.heappush(heap, entry)
+            raise
+        self.stats.expirations += len(expired)
         return expired
 
     # -- queries -------------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ A full disk (ENOSPC, EDQUOT) is not fatal: the file is cut back to its last dura
 to the front of the buffer with its sequences, :attr:`JournalWriter.disk_full` is set and ``sync`` raises
 :class:`~broker.txlog.errors.JournalFullError`; a later ``sync`` retries. Any other write or fsync failure
 fails the writer for good: after a failed fsync the file's state is unknown.
+
+No sequence is handed out above the ceiling reserved durably in ``<instance>.sequence``
+(:mod:`broker.txlog.reservation`): ``sync`` extends it ahead of need, and ``open`` continues above it, so
+after a crash the next sequence is above every sequence a live subscriber could have seen.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from broker.txlog.reader import JournalReader
 from broker.txlog.records import Command, Record, encode_fields
 from broker.txlog.records import peek_sequence_timestamp as _peek
 from broker.txlog.recovery import publisher_table, recover
+from broker.txlog.reservation import DEFAULT_BLOCK, SequenceReservation
 from broker.txlog.segments import FSYNC_BUCKETS, SegmentFiles, is_no_space
 
 if TYPE_CHECKING:  # only attributes are read: any object with these fields will do
@@ -80,6 +85,9 @@ class JournalStatistics:
         damaged_bytes: Bytes in those ranges.
         disk_full: The last sync met a full disk; publishes wait for space (see ``JournalWriter.disk_full``).
         disk_full_count: Syncs that met a full disk since open.
+        reserved_sequence: The durable ceiling: no sequence above it is handed out (``<instance>.sequence``).
+        reservation_waits: Appends that had to reserve sequences themselves (more than half a block of
+            records between two syncs): each waited for a small durable file write.
     """
 
     files: dict[str, int]
@@ -101,6 +109,8 @@ class JournalStatistics:
     damaged_bytes: int = 0
     disk_full: bool = False
     disk_full_count: int = 0
+    reserved_sequence: int = 0
+    reservation_waits: int = 0
 
 
 class JournalWriter:
@@ -111,9 +121,12 @@ class JournalWriter:
         instance_name: The instance name: file names and the bookmark publisher ``P`` derive from it.
         index: A shared sparse index (one is created when omitted); readers given the same index find
             their starting point without scanning.
+        sequence_block: Sequences reserved at a time (:mod:`broker.txlog.reservation`); the default suits
+            any rate the broker reaches.
     """
 
-    def __init__(self, config: TransactionLogConfig, instance_name: str, *, index: JournalIndex | None = None):
+    def __init__(self, config: TransactionLogConfig, instance_name: str, *, index: JournalIndex | None = None,
+                 sequence_block: int = DEFAULT_BLOCK):
         self._config = config
         self._instance = safe_instance(instance_name)
         #: The ``P`` of this instance's bookmarks.
@@ -153,6 +166,9 @@ class JournalWriter:
         self._failed: BaseException | None = None
         self._disk_full = False
         self._disk_full_count = 0
+        # The durable ceiling of the sequences handed out; append only compares with it.
+        self._reserved = SequenceReservation(self._dir, self._instance, sequence_block)
+        self._reservation_waits = 0
         # The files, touched only under _sync_lock (or in open()).
         self._files = SegmentFiles(self._dir, self._instance, config.preallocated_journal_files)
         # Counters.
@@ -215,8 +231,10 @@ class JournalWriter:
         Creates the JournalDirectory if needed and takes its lock, then recovers (:mod:`broker.txlog.recovery`):
         validates every record of the newest non-empty file (walking back over files with no valid record),
         cuts a torn tail, checks the older files against their summaries, continues the sequence after the
-        last valid record, rebuilds publisher de-duplication and creates the preallocated files. Needs no
-        disk space beyond what is in use (summaries and preallocated files are skipped on a full disk).
+        last valid record (or after the sequences reserved before a stop that was not clean, see
+        :mod:`broker.txlog.reservation`), reserves the next block of sequences, rebuilds publisher
+        de-duplication and creates the preallocated files. Needs no disk space beyond what is in use
+        (summaries, preallocated files and the reservation are skipped on a full disk; appends then reserve).
 
         Raises:
             JournalDamageError: Damage other than a torn tail, with ``<DamagedRecords>stop`` (the default).
@@ -239,6 +257,7 @@ class JournalWriter:
             self._rebuild_dedup(files)
             if self._floor > self._last_seq:
                 self._last_seq = self._durable = self._floor
+            self._reserve_at_open()
             last = found.last_file
             if last is not None and not last.archived and not last.compressed:
                 self._files.open(last.index, records=found.last_file_records,
@@ -260,6 +279,34 @@ class JournalWriter:
         log.info(
             "journal %s open: last sequence %d, writing %s", self._dir, self._last_seq, self.current_path.name
         )
+
+    def _reserve_at_open(self) -> None:
+        """Continue above the sequences reserved before the last stop, and reserve the next block."""
+        reserved = self._reserved.load()
+        if reserved > self._last_seq:
+            log.info("journal %s: the last stop was not clean and sequences up to %d were reserved (the journal "
+                     "ends at %d); continuing above %d so that no bookmark a subscriber may have seen is handed "
+                     "out again", self._dir, reserved, self._last_seq, reserved)
+            # Durable stays at the last record until the first sync covers the gap: SOW recovery compares
+            # the SOW with what the journal holds durably.
+            self._last_seq = reserved
+        self._reserved.ceiling = self._last_seq
+        try:
+            self._reserved.ensure(self._last_seq, self._reserved.half)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            log.warning("cannot reserve sequences in %s yet (%s): the first append does", self._reserved.path, exc)
+
+    def _reserve_waiting(self, sequence: int) -> None:
+        """Reserve on the appending thread: ``sequence`` is above the ceiling (sync did not keep up)."""
+        try:
+            self._reserved.ensure(sequence)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise JournalFullError(self._reserved.path, exc.strerror or str(exc)) from exc
+            raise JournalError(f"cannot reserve sequences in {self._reserved.path}: {exc}") from exc
+        self._reservation_waits += 1
 
     def _open_new_current(self) -> None:
         """Open (create) the current file; on a full disk leave it for the first write to create."""
@@ -348,6 +395,8 @@ class JournalWriter:
             if self._failed is not None:
                 raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")
             seq = self._last_seq + 1
+            if seq > self._reserved.ceiling:  # more than half a block since the last sync: rare
+                self._reserve_waiting(seq)
             ts = max(ts, self._last_ts)
             phash, pseq = publisher
             try:
@@ -432,6 +481,11 @@ class JournalWriter:
             self._last_seq = sequence
             if not self._buffer:  # no sync is running (we hold its lock) and nothing is pending
                 self._durable = max(self._durable, sequence)
+            try:  # not needed for correctness (append reserves above the ceiling), only to keep append cheap
+                self._reserved.ensure(sequence, self._reserved.half)
+            except OSError as exc:
+                log.warning("cannot reserve sequences above %d in %s (%s): the first append does", sequence,
+                            self._reserved.path, exc)
 
     def sync(self) -> int:
         """Write what was appended and make it durable (one fsync for the whole batch).
@@ -466,6 +520,7 @@ class JournalWriter:
                 self._durable = max(self._durable, last)
                 if last == self._last_seq:
                     self._disk_full = False
+                self._reserved.extend(self._last_seq)
                 return self._durable
             if self._closed:
                 raise JournalError("the journal writer is closed")
@@ -492,6 +547,7 @@ class JournalWriter:
             self._durable = max(self._durable, last)
             if rotated:
                 self._save_dedup()
+            self._reserved.extend(self._last_seq)  # ahead of need, so that append never waits for it
             return self._durable
 
     def _split_held(self, publishers: dict[int, int]) -> dict[int, int]:
@@ -588,10 +644,26 @@ class JournalWriter:
                 except JournalFullError as exc:
                     log.error("closing the journal with %d records unwritten: %s", len(self._buffer), exc)
                 self._save_dedup()
+            self._settle_reservation()
         finally:
             with self._sync_lock:
                 self._closed = True
                 self._files.close()
+
+    def _settle_reservation(self) -> None:
+        """Lower the ceiling to the last sequence handed out, so the next start continues right after it.
+
+        Records dropped on a full disk keep their sequences out of use (a live subscriber may have seen them):
+        the ceiling still covers them.
+        """
+        with self._sync_lock, self._lock:  # no append in between: it would compare with the old ceiling
+            if self._reserved.ceiling <= self._last_seq:
+                return
+            try:
+                self._reserved.settle(self._last_seq)
+            except OSError as exc:
+                log.warning("cannot record the last sequence in %s (%s): the next start continues above %d",
+                            self._reserved.path, exc, self._reserved.ceiling)
 
     def __enter__(self) -> JournalWriter:
         self.open()
@@ -638,6 +710,8 @@ class JournalWriter:
             damaged_bytes=self.damage.bytes,
             disk_full=self._disk_full,
             disk_full_count=self._disk_full_count,
+            reserved_sequence=self._reserved.ceiling,
+            reservation_waits=self._reservation_waits,
         )
 
     def bookmark(self, sequence: int) -> str:

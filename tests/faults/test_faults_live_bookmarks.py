@@ -21,12 +21,6 @@ from broker.testing.process import BrokerProcess
 EVENTS = "events"  # logged, no SOW
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "live messages carry the bookmark of a record that is not yet durable, and recovery raises the next "
-    "sequence only above the journal and the SOW: the sequences of a logged topic without a SOW that were "
-    "delivered live but never made durable are handed out again after a kill -9 (a fix: deliver live "
-    "messages of logged topics after the fsync, or persist a sequence high-water mark ahead of what is "
-    "handed out)"))
 @pytest.mark.timeout(90)
 def test_bookmarks_seen_live_before_a_crash_are_never_handed_out_again(tmp_path: Path) -> None:
     txlog = txlog_xml() + f"<Topic><Name>{EVENTS}</Name><MessageType>json</MessageType></Topic>"

@@ -9,6 +9,7 @@ import pytest
 
 from broker.config.model import TransactionLogConfig
 from broker.txlog import JournalWriter
+from broker.txlog.reservation import DEFAULT_BLOCK
 
 MB = 1024 * 1024
 
@@ -35,8 +36,8 @@ def open_writer(make_config: Callable[..., TransactionLogConfig]) -> Iterator[Ca
     """Open writers on the test's journal; every writer is closed at the end of the test."""
     writers: list[JournalWriter] = []
 
-    def open_(instance: str = "inst-a", **overrides: object) -> JournalWriter:
-        writer = JournalWriter(make_config(**overrides), instance)
+    def open_(instance: str = "inst-a", *, sequence_block: int = DEFAULT_BLOCK, **overrides: object) -> JournalWriter:
+        writer = JournalWriter(make_config(**overrides), instance, sequence_block=sequence_block)
         writer.open()
         writers.append(writer)
         return writer
