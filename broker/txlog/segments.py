@@ -109,8 +109,9 @@ class SegmentFiles:
         except BlockingIOError:
             os.close(fd)
             raise JournalError(
-                f"another broker is using the journal directory {self.directory} (lock {self.lock_path}): is "
-                "another broker running with this config?"
+                f"another broker is using the journal directory {self.directory.resolve()} (lock "
+                f"{self.lock_path.resolve()}): is another broker running with this config? Stop it, or give this "
+                "instance its own JournalDirectory."
             ) from None
         except OSError:
             os.close(fd)

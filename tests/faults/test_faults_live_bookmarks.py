@@ -2,10 +2,11 @@
 sequence number (so a bookmark) is never handed out twice").
 
 A live subscriber gets each message's ``P|S|`` bookmark as soon as the message is routed, before its journal
-record is durable. After a kill -9, start-up recovery continues the sequence above the journal's last record
-and above every SOW record's sequence; for a logged topic that has no SOW (or whose SOW no longer holds the
-record), nothing on disk remembers the sequences the live subscribers were handed, and they are handed out
-again, to other messages. A subscriber resuming from its bookmark store would then skip those new messages.
+record is durable, so after a kill -9 neither the journal nor a SOW need remember it. The journal writer
+therefore reserves sequence numbers durably ahead of handing them out (``<instance>.sequence``, see
+docs/txlog.md "Sequence reservation"): a restart continues above the reserved ceiling. This test is a logged
+topic without a SOW: without the reservation, the sequences the live subscriber saw were handed out again, to
+other messages, and a subscriber resuming from its bookmark store would skip those.
 """
 
 from __future__ import annotations
