@@ -55,6 +55,12 @@ def test_rest_archive_with_age_0s_archives_and_says_what_it_did(
     for n in range(total):
         publisher.publish("events", json.dumps({"n": n, "pad": PAD}))
     publisher.publish_flush(20_000)
+    # publish_flush returns once the broker has the messages, not once the journal wrote them: wait until
+    # two journals are sealed (the writer moved past them).
+    deadline = time.monotonic() + 30
+    while len([f for f in list_files(tmp_path / "journal", None, "test-broker") if f.state is FileState.FULL]) < 2:
+        assert time.monotonic() < deadline, "two sealed journals"
+        time.sleep(0.05)
 
     status, body = get(broker, "/amps/administrator/actions/archive_journals")
     assert status == 400 and "AGE" in body
