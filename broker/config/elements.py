@@ -32,7 +32,7 @@ def children(el: etree._Element | None, *names: str) -> list[etree._Element]:
     """Child elements of ``el`` named one of ``names``, in file order."""
     if el is None:
         return []
-    return [c for c in el if is_element(c) and c.tag in names]
+    return list(el.iterchildren(*names))  # lxml filters by tag in C (comments never match a name)
 
 
 def child(el: etree._Element | None, *names: str) -> etree._Element | None:

@@ -19,6 +19,9 @@ from broker.errors import ConfigIssue
 
 #: Private attribute holding the index of the source file; removed from the expanded text.
 SOURCE_ATTR = "{urn:x-broker:config-source}file"
+#: Private attribute of an element whose text came from an included file: ``"<file index>:<line>"``,
+#: so a check can report that file without quoting its contents. Removed from the expanded text.
+TEXT_SOURCE_ATTR = "{urn:x-broker:config-source}text"
 
 
 def is_element(node: object) -> bool:
@@ -26,21 +29,69 @@ def is_element(node: object) -> bool:
     return isinstance(node, etree._Element) and isinstance(node.tag, str)
 
 
-def element_path(el: etree._Element) -> str:
-    """The XPath-like path of ``el`` (index only where same-named siblings repeat)."""
+def element_path(el: etree._Element, steps_of: StepCache | None = None) -> str:
+    """The XPath-like path of ``el`` (index only where same-named siblings repeat).
+
+    Args:
+        el: The element.
+        steps_of: A cache of each element's step for a tree that no longer changes; without it each
+            step counts the element's same-named siblings, which costs the number of siblings per
+            call (quadratic when every one of 40,000 topics asks for its path).
+    """
     steps: list[str] = []
     node: etree._Element | None = el
     while node is not None:
         parent = node.getparent()
-        step = str(node.tag)
-        if parent is not None:
-            # lxml's sibling iteration runs in C: cheap even with thousands of siblings.
-            before = sum(1 for _ in node.itersiblings(node.tag, preceding=True))
-            if before or next(node.itersiblings(node.tag), None) is not None:
-                step += f"[{before + 1}]"
-        steps.append(step)
+        if parent is None:
+            steps.append(str(node.tag))
+        elif steps_of is not None:
+            steps.append(steps_of.step(parent, node))
+        else:
+            steps.append(_step(node))
         node = parent
     return "/" + "/".join(reversed(steps))
+
+
+def _step(node: etree._Element) -> str:
+    """The path step of ``node`` found by counting its same-named siblings."""
+    step = str(node.tag)
+    before = sum(1 for _ in node.itersiblings(node.tag, preceding=True))
+    if before or next(node.itersiblings(node.tag), None) is not None:
+        step += f"[{before + 1}]"
+    return step
+
+
+class StepCache:
+    """The path step of every child of a parent, computed in one pass over the parent's children the
+    first time one of them is asked for, so a path costs its depth whatever the number of siblings.
+
+    Only valid while the tree does not change: the loader turns it on after ``<Include>`` splicing.
+    The cache holds the element proxies, which keeps their identity (lxml recreates a proxy that
+    nothing references).
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[etree._Element, str] = {}
+        self._done: set[etree._Element] = set()
+
+    def step(self, parent: etree._Element, node: etree._Element) -> str:
+        """The step of ``node``, a child of ``parent``."""
+        found = self._steps.get(node)
+        if found is not None:
+            return found
+        if parent not in self._done:
+            self._done.add(parent)
+            kids = [c for c in parent if is_element(c)]
+            counts: dict[str, int] = {}
+            for kid in kids:
+                counts[kid.tag] = counts.get(kid.tag, 0) + 1
+            seen: dict[str, int] = {}
+            for kid in kids:
+                tag = str(kid.tag)
+                seen[tag] = seen.get(tag, 0) + 1
+                self._steps[kid] = f"{tag}[{seen[tag]}]" if counts[tag] > 1 else tag
+            found = self._steps.get(node)
+        return found if found is not None else _step(node)
 
 
 class IssueLog:
@@ -56,6 +107,11 @@ class IssueLog:
         self.warnings: list[ConfigIssue] = []
         #: When ``ConfigValidation`` is ``disabled``, unknown elements are warnings, not errors.
         self.lenient_unknown = False
+        self._steps: StepCache | None = None
+
+    def tree_complete(self) -> None:
+        """The expanded tree no longer changes: element paths may be cached from now on."""
+        self._steps = StepCache()
 
     def add_file(self, name: str) -> int:
         """Remember a file; returns the index stored in :data:`SOURCE_ATTR`."""
@@ -72,9 +128,16 @@ class IssueLog:
             node = node.getparent()
         return self.files[0] if self.files else ""
 
+    def included_text_at(self, el: etree._Element) -> Where | None:
+        """Where the text of ``el`` came from when an ``<Include>`` put it there, else ``None``."""
+        index, _, line = (el.get(TEXT_SOURCE_ATTR) or "").partition(":")
+        if not index.isdigit() or int(index) >= len(self.files):
+            return None
+        return Where(self.files[int(index)], int(line) if line.isdigit() else 0, element_path(el, self._steps))
+
     def where(self, el: etree._Element) -> Where:
         """File, line and path of ``el``."""
-        return Where(self.file_of(el), el.sourceline or 0, element_path(el))
+        return Where(self.file_of(el), el.sourceline or 0, element_path(el, self._steps))
 
     def error(self, el: etree._Element | Where, message: str, *, line: int | None = None) -> None:
         """Record an error at ``el`` (an element or a :class:`Where`); ``line`` overrides its line."""

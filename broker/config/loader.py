@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from lxml import etree
 
-from broker.config.issues import SOURCE_ATTR, IssueLog, is_element
+from broker.config.issues import SOURCE_ATTR, TEXT_SOURCE_ATTR, IssueLog, is_element
 from broker.config.model import Config, Where
 from broker.config.schema import check_tree
 from broker.config.units import parse_size
@@ -121,6 +121,7 @@ class _Loader:
                            "(ConfigCycleDetectionThreshold, default 5MB): raise ConfigCycleDetectionThreshold")
         self._splice_includes(root, _FileContext(self.shown, absolute, ((os.path.realpath(absolute),
                                                                           self.shown),)))
+        self.log.tree_complete()
         check_tree(root, self.log)
         config = build_config(root, self.log)
         if self.log.errors or config is None:
@@ -246,9 +247,20 @@ class _Loader:
         loose_text = (fragment.text or "").strip() or any((c.tail or "").strip() for c in fragment)
         if len(elements) == 1 and elements[0].tag == parent.tag and not loose_text:
             content = elements[0]
+        if loose_text and parent.get(TEXT_SOURCE_ATTR) is None:
+            parent.set(TEXT_SOURCE_ATTR, f"{index}:{_first_text_line(fragment)}")
         nodes = _splice(include, content, comment, target)
         child = _FileContext(shown, absolute, (*context.chain, (real, shown)))
         return [(n, child) for n in nodes if is_element(n)]
+
+
+def _first_text_line(fragment: etree._Element) -> int:
+    """The line of the first non-blank text outside elements in an included fragment."""
+    pieces = [(1, fragment.text or "")] + [(c.sourceline or 1, c.tail or "") for c in fragment]
+    for line, text in pieces:
+        if text.strip():
+            return line + text[:len(text) - len(text.lstrip())].count("\n")
+    return 1
 
 
 def _remove(el: etree._Element) -> None:
@@ -314,6 +326,7 @@ def expanded_text(root: etree._Element) -> str:
     for el in clean.iter():
         if is_element(el):
             el.attrib.pop(SOURCE_ATTR, None)
+            el.attrib.pop(TEXT_SOURCE_ATTR, None)
     etree.cleanup_namespaces(clean)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + etree.tostring(clean, encoding="unicode") + "\n"
 

@@ -148,8 +148,16 @@ TRANSPORT = group(
          "any: the client's URI (/amps/json) chooses"),
     leaf("MaxMessageSize", "size", "Broker extension: the largest frame accepted; a bigger frame closes "
          "the connection.", "64MB"),
+    leaf("MaxMessageDepth", "count", "Broker extension: the deepest nesting of objects/arrays (json) or "
+         "elements (xml) a published body may have, 1 to 200; a deeper body is refused with a parse "
+         "error naming the limit.", "64"),
     leaf("MessageMemoryLimit", "size", "Outbound bytes buffered for one client before it is disconnected "
          "as a slow client.", "the instance MessageMemoryLimit, else 256MB"),
+    leaf("LogonTimeout", "interval", "Broker extension: a connection that has not logged on this long after "
+         "connecting is closed; 0s: never.", "10s"),
+    leaf("IdleTimeout", "interval", "Broker extension: a connection from which nothing (not even a "
+         "heartbeat) arrived this long is closed; 0s: never. Set it above the clients' heartbeat "
+         "interval.", "0s: never"),
     *ignored("InitialState", note="the transport is enabled at start-up"),
     *_SLOW_CLIENT, *_SECURITY, *_TLS,
     *ignored("TransportFilter", note="messages are not rewritten"),
@@ -230,7 +238,13 @@ TRANSACTION_LOG = group(
           leaf("Name", "text", "Topic name or regular expression (.* records everything).", required=True),
           leaf("MessageType", "message type", "Message type of the recorded topic.", required=True),
           repeatable=True),
-    *ignored("O_DIRECT", "InactiveClientAckExpiration", "CompressedJournalCacheMemoryLimit",
+    leaf("InactiveClientAckExpiration", "interval", "De-duplication entries of a publisher that persisted "
+         "nothing for this long are dropped (it starts afresh when it comes back); 0s: never.", "0s: never"),
+    leaf("PublisherSequenceJumpLimit", "count", "Broker extension: a publish whose sequence (s) is more "
+         "than this above its publisher's last one is refused (an impostor's huge s would otherwise make "
+         "the real publisher's later publishes look like duplicates); a new publisher may start anywhere; "
+         "0: no limit.", "1000000"),
+    *ignored("O_DIRECT", "CompressedJournalCacheMemoryLimit",
              note="the journal is written with buffered I/O and publisher records are kept"),
 )
 
@@ -346,6 +360,9 @@ def ignored_message(spec: ElementSpec) -> str:
 
 def check_tree(root: etree._Element, log: IssueLog) -> None:
     """Report unknown, ignored, repeated and misused elements under ``root`` (an ``<AMPSConfig>``)."""
+    text = (root.text or "").strip() + "".join((g.tail or "").strip() for g in root)
+    if text:
+        _report_text(root, text, log)
     _check(root, ROOT, log)
 
 
@@ -376,8 +393,20 @@ def _check(el: etree._Element, spec: ElementSpec, log: IssueLog) -> None:
         else:
             text = (child.text or "").strip() + "".join((g.tail or "").strip() for g in child)
             if text:
-                log.error(child, f"<{tag}> holds elements, not text (found {text[:30]!r})")
+                _report_text(child, text, log)
             _check(child, child_spec, log)
+
+
+def _report_text(el: etree._Element, text: str, log: IssueLog) -> None:
+    """Text in a container. Text an ``<Include>`` put there is reported at the included file and never
+    quoted (the file may be anything the broker can read); text written in place is quoted."""
+    included = log.included_text_at(el)
+    if included is not None:
+        log.error(included, f"the included file puts text into <{el.tag}>, which holds elements: include "
+                            "a file of XML elements here, or include a value inside a value element such "
+                            "as <Name> (the file's contents are not shown)")
+    else:
+        log.error(el, f"<{el.tag}> holds elements, not text (found {text[:30]!r})")
 
 
 def _check_required(el: etree._Element, spec: ElementSpec, counts: Counter[str], log: IssueLog) -> None:

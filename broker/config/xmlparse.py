@@ -5,7 +5,8 @@ size limits (``huge_tree=False``), so a hostile file cannot expand into gigabyte
 read other files through external entities. A ``<!DOCTYPE>`` is rejected with a hint: before AMPS 5.2,
 configs were split with DTD entities; ``<Include>`` replaces them.
 
-Malformed XML is reported at the line lxml gives, in the file that holds it. Nothing here raises.
+Malformed XML is reported at the line lxml gives, in the file that holds it; for an included file the
+message names the line, column and kind of error only, never the file's contents. Nothing here raises.
 """
 
 from __future__ import annotations
@@ -60,6 +61,26 @@ def _report(log: IssueLog, exc: Exception, where: Where) -> None:
         line = 0
         message = str(exc) or type(exc).__name__
     log.error(where, f"malformed XML: {message}", line=line)
+
+
+def _report_without_contents(log: IssueLog, exc: Exception, where: Where, prefix_length: int) -> None:
+    """Report a malformed included file by line, column and the kind of error only.
+
+    lxml's messages quote the file (tag and entity names, bytes): an ``<Include>`` may name any file
+    the broker can read (``/etc/shadow`` when run as root), so nothing of its contents is printed.
+    """
+    line, column, kind = 0, 0, "not an XML fragment"
+    if isinstance(exc, etree.XMLSyntaxError):
+        line = exc.lineno or 0
+        position = getattr(exc, "position", None)
+        if position and position[0] == line:
+            column = max(1, position[1] - (prefix_length if line == 1 else 0))
+        name = etree.ErrorTypes._getName(exc.code, "") if exc.code else ""
+        if name:
+            kind = name.removeprefix("ERR_").removeprefix("WAR_").replace("_", " ").lower()
+    at = f" (column {column})" if column else ""
+    log.error(where, f"malformed XML in the included file: {kind}{at}; an included file holds XML "
+                     "elements, or the text of one value (its contents are not shown)", line=line)
 
 
 def parse_document(data: bytes, file_index: int, log: IssueLog) -> etree._Element | None:
@@ -122,10 +143,11 @@ def parse_fragment(data: bytes, file_index: int, log: IssueLog, path: str) -> et
     # The wrapper starts on line 1 with no newline, so fragment line N is document line N.
     text = b'<?xml version="1.0" encoding="' + encoding + b'"?><' + FRAGMENT_TAG.encode() + b">"
     text += body + b"</" + FRAGMENT_TAG.encode() + b">"
+    prefix_length = len(text) - len(body) - len(FRAGMENT_TAG) - 3
     try:
         root = etree.fromstring(text, make_parser())
     except (etree.LxmlError, ValueError, LookupError) as exc:
-        _report(log, exc, where)
+        _report_without_contents(log, exc, where, prefix_length)
         return None
     _stamp(root, file_index)
     return root
