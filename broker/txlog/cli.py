@@ -25,7 +25,7 @@ from broker.txlog.bookmarks import ReplayStart, format_bookmark, instance_hash, 
 from broker.txlog.damage import scan_file
 from broker.txlog.files import FileState, JournalFile, list_files, parse_name, write_file_durably
 from broker.txlog.reader import JournalReader
-from broker.txlog.records import Record
+from broker.txlog.records import Command, Record
 from broker.txlog.segments import LOCK_NAME
 from broker.txlog.summary import summary_path
 
@@ -151,6 +151,10 @@ def record_dict(publisher: int, rec: Record) -> dict[str, Any]:
     return doc
 
 
+#: The commands whose record data is a message that a content filter can match.
+_MESSAGE_COMMANDS = frozenset({Command.PUBLISH, Command.DELTA_PUBLISH})
+
+
 class _Printer:
     def __init__(self, fmt: str, out: TextIO) -> None:
         if fmt not in _FORMATS:
@@ -235,8 +239,9 @@ def grep(
 ) -> int:
     """Print the journal records whose message matches an AMPS content filter.
 
-    Each record's data is parsed with its own message type; records that do not parse (or have a message
-    type the broker does not know) never match, and their number is reported on ``err``.
+    Only publish and delta_publish records are searched (sow_delete and expire records carry keys, not
+    a message). Each record's data is parsed with its own message type; records that do not parse (or
+    have a message type the broker does not know) never match, and their number is reported on ``err``.
 
     Args:
         filter_text: An AMPS filter, e.g. ``/status = 'open' AND /qty > 100``.
@@ -265,6 +270,8 @@ def grep(
     count = 0
     try:
         for publisher, rec in iter_records(paths, topic=topic, start=start, end=end, problems=problems):
+            if rec.command not in _MESSAGE_COMMANDS:
+                continue  # sow_delete and expire records hold keys or nothing, not a message to match
             try:
                 message = get_message_type(rec.message_type).parse(rec.data)
             except (BrokerError, ValueError, KeyError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import calendar
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -107,8 +109,34 @@ def test_grep(open_writer: Callable[..., JournalWriter]) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert grep("/qty > 50 AND /id < 9", [w.journal_directory], out=out, err=err) == 3
     assert [d["sequence"] for d in _lines(out.getvalue())] == [6, 7, 8]
-    assert "could not be parsed" in err.getvalue()  # the sow_delete record's body is not JSON
+    assert err.getvalue() == ""  # the sow_delete record holds keys, not a message: skipped, no warning
     out = io.StringIO()
     assert grep("/qty > 50", [w.journal_directory], topic="orders", out=out, err=None) == 2
     with pytest.raises(BrokerError):
         grep("/qty >", [w.journal_directory], out=out)
+
+
+def test_grep_warns_only_about_publishes_it_cannot_parse(open_writer: Callable[..., JournalWriter]) -> None:
+    pytest.importorskip("broker.expr")
+    w = open_writer("amps-1")
+    _journal(w)
+    w.append("expire", "orders", b"", sow_key="k1", timestamp_ns=T0 + 12 * 10**9)
+    w.append("publish", "orders", b"{not json", timestamp_ns=T0 + 13 * 10**9)
+    w.sync()
+    out, err = io.StringIO(), io.StringIO()
+    assert grep("/qty > 50", [w.journal_directory], out=out, err=err) == 5
+    assert err.getvalue() == "warning: 1 record(s) could not be parsed with their message type\n"
+
+
+def test_dump_into_a_closed_pipe_ends_quietly(open_writer: Callable[..., JournalWriter]) -> None:
+    """``broker journal dump ... | head -n 1``: no BrokenPipeError traceback, the SIGPIPE exit status."""
+    w = open_writer("amps-1")
+    for i in range(20_000):  # far more than a pipe buffer, so the writer is still writing when head exits
+        w.append("publish", "orders", json.dumps({"id": i}).encode(), timestamp_ns=T0 + i)
+    w.sync()
+    command = f"{sys.executable} -m broker journal dump {w.journal_directory} | head -n 1; " \
+              "echo status=${PIPESTATUS[0]}"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stdout.splitlines()[0])["sequence"] == 1
+    assert done.stdout.splitlines()[-1] == "status=141"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
