@@ -78,6 +78,23 @@ def markdown(rows: list[Row], title: str, caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def failures(rows: list[Row]) -> list[str]:
+    """Why the run must fail: every broker figure that was not measured (an error, a refusal reported as
+    ``n/a``, a workload that crashed) or that is incomplete, and every check that is ``False``.
+
+    Peers may be missing or fail (their notes say why); the broker's own rows may not.
+    """
+    found = []
+    for row in rows:
+        note = row.broker.note
+        if not row.broker.ok or note.startswith(("error", "incomplete", "n/a")):
+            found.append(f"{row.workload} {row.case}: {note or 'no value'}")
+        bad = [k for k, v in row.checks.items() if v is False]
+        if bad:
+            found.append(f"{row.workload} {row.case}: check failed: {', '.join(bad)}")
+    return found
+
+
 def worst_ratios(rows: list[Row], count: int = 3) -> list[Row]:
     """The rows where the broker is furthest behind its best peer."""
     rated = [r for r in rows if r.ratio() is not None]

@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     report.write_json(out, payload)
     (results_dir / f"{stem}.md").write_text(report.markdown(rows, title, caption))
     print(f"results: {out}")
-    failed = [r for r in rows if r.broker.value is None and not r.broker.note.startswith("n/a")]
+    failed = report.failures(rows)
+    for reason in failed:
+        print(f"FAILED: {reason}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -42,8 +42,7 @@ def test_quick_run_produces_table_and_json(tmp_path: Path) -> None:
     assert {r["workload"].split()[0] for r in data["rows"]} == {"W1", "W2", "W3", "W4", "W5", "W6"}
     for row in data["rows"]:
         broker = row["broker"]
-        if broker["note"].startswith("n/a"):
-            continue  # a feature the broker does not have yet is reported as such, never as a number
+        assert not broker["note"].startswith(("n/a", "error", "incomplete")), row  # the run exits 1 then
         assert broker["value"] and broker["value"] > 0, row
         for peer in row["peers"]:
             # A peer is measured, or says why not: never a silent blank.

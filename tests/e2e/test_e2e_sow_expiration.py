@@ -23,7 +23,16 @@ def ids(client: AMPS.Client, topic: str) -> list[int]:
     return sorted(json.loads(m.get_data())["id"] for m in client.sow(topic, timeout=5000) if m.get_command() == "sow")
 
 
+def wait_for_ids(client: AMPS.Client, topic: str, expected: list[int], timeout: float = 15.0) -> None:
+    """Query until the topic holds exactly ``expected`` (expiry is asynchronous), or fail."""
+    deadline = time.monotonic() + timeout
+    while (found := ids(client, topic)) != expected:
+        assert time.monotonic() < deadline, f"{topic} still holds {found}, expected {expected}"
+        time.sleep(0.05)
+
+
 def test_records_expire_on_time(broker_factory, client_factory, make_collector) -> None:
+    """Records expire, never early (how late they are is a benchmark figure: bench/bench_expiration.py)."""
     b = broker_factory(sow=TOPICS)
     c = client_factory(b.uri)
     oof = make_collector()
@@ -35,15 +44,13 @@ def test_records_expire_on_time(broker_factory, client_factory, make_collector) 
     c.publish("default-2s", '{"id":2}', expiration=30)  # a message's own expiration wins
     c.publish("no-expiry", '{"id":1}', expiration=1)  # expiration disabled on the topic: ignored
     c.publish_flush(5000)
-    assert ids(c, "per-message") == [1, 2]
-    assert ids(c, "default-2s") == [1, 2]
-    assert time.monotonic() - start < 1.8, "the machine is too slow for this timing test"
-    time.sleep(max(0.0, start + 2.3 - time.monotonic()))
-    assert ids(c, "per-message") == [2]
-    assert ids(c, "default-2s") == [2]
-    assert ids(c, "no-expiry") == [1]
-    expired = [m for m in oof.wait_for(1, command="oof") if m["command"] == "oof"]
+    expired = [m for m in oof.wait_for(1, command="oof", timeout=15) if m["command"] == "oof"]
+    assert time.monotonic() - start >= 1.9, "a record expired before its 2 s expiration"
     assert [(m["reason"], json.loads(m["data"])["id"]) for m in expired] == [("expired", 1)]
+    wait_for_ids(c, "default-2s", [2])
+    assert time.monotonic() - start >= 1.9, "a record expired before the topic's 2 s expiration"
+    assert ids(c, "per-message") == [2]
+    assert ids(c, "no-expiry") == [1]
 
 
 def test_records_that_expired_while_down_are_gone_at_start(broker_factory, client_factory) -> None:
