@@ -18,6 +18,10 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 #: Outbound bytes buffered for one client before it is disconnected as a slow client.
 DEFAULT_CLIENT_BUFFER = 256 * 1024 * 1024
+#: Seconds a connection may stay without logging on unless a Transport sets <LogonTimeout>.
+DEFAULT_LOGON_TIMEOUT = 10.0
+#: How far a known publisher's ``s`` may jump ahead unless <PublisherSequenceJumpLimit> says otherwise.
+DEFAULT_SEQUENCE_JUMP_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class TransportConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     #: ``<MessageMemoryLimit>`` per client: outbound bytes buffered before the client is disconnected.
     client_buffer: int = DEFAULT_CLIENT_BUFFER
+    #: ``<LogonTimeout>`` (broker extension): seconds a connection may stay without logging on (0: forever).
+    logon_timeout: float = DEFAULT_LOGON_TIMEOUT
+    #: ``<IdleTimeout>`` (broker extension): seconds without any byte from the client before it is closed (0: never).
+    idle_timeout: float = 0.0
     where: Where = field(default_factory=Where)
 
 
@@ -146,6 +154,11 @@ class TransactionLogConfig:
     where: Where = field(default_factory=Where)
     #: ``<DamagedRecords>`` (broker extension): ``stop`` or ``skip`` damaged journal records.
     damaged_records: str = "stop"
+    #: ``<InactiveClientAckExpiration>``: seconds after which an inactive publisher's de-duplication entries
+    #: expire (0: never).
+    inactive_client_ack_expiration: float = 0.0
+    #: ``<PublisherSequenceJumpLimit>`` (broker extension): largest jump of a known publisher's ``s`` (0: none).
+    sequence_jump_limit: int = DEFAULT_SEQUENCE_JUMP_LIMIT
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,11 @@ TRANSPORT = group(
          "the connection.", "64MB"),
     leaf("MessageMemoryLimit", "size", "Outbound bytes buffered for one client before it is disconnected "
          "as a slow client.", "the instance MessageMemoryLimit, else 256MB"),
+    leaf("LogonTimeout", "interval", "Broker extension: a connection that has not logged on this long after "
+         "connecting is closed; 0s: never.", "10s"),
+    leaf("IdleTimeout", "interval", "Broker extension: a connection from which nothing (not even a "
+         "heartbeat) arrived this long is closed; 0s: never. Set it above the clients' heartbeat "
+         "interval.", "0s: never"),
     *ignored("InitialState", note="the transport is enabled at start-up"),
     *_SLOW_CLIENT, *_SECURITY, *_TLS,
     *ignored("TransportFilter", note="messages are not rewritten"),
@@ -230,7 +235,13 @@ TRANSACTION_LOG = group(
           leaf("Name", "text", "Topic name or regular expression (.* records everything).", required=True),
           leaf("MessageType", "message type", "Message type of the recorded topic.", required=True),
           repeatable=True),
-    *ignored("O_DIRECT", "InactiveClientAckExpiration", "CompressedJournalCacheMemoryLimit",
+    leaf("InactiveClientAckExpiration", "interval", "De-duplication entries of a publisher that persisted "
+         "nothing for this long are dropped (it starts afresh when it comes back); 0s: never.", "0s: never"),
+    leaf("PublisherSequenceJumpLimit", "count", "Broker extension: a publish whose sequence (s) is more "
+         "than this above its publisher's last one is refused (an impostor's huge s would otherwise make "
+         "the real publisher's later publishes look like duplicates); a new publisher may start anywhere; "
+         "0: no limit.", "1000000"),
+    *ignored("O_DIRECT", "CompressedJournalCacheMemoryLimit",
              note="the journal is written with buffered I/O and publisher records are kept"),
 )
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from lxml import etree
 
 from broker.config.elements import Reader, child, children
-from broker.config.model import LoggedTopic, TransactionLogConfig
+from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT, LoggedTopic, TransactionLogConfig
 from broker.config.units import format_size
 
 #: AMPS's floor for JournalSize; smaller values are raised to it with a warning.
@@ -44,6 +44,8 @@ def build_transaction_log(reader: Reader, el: etree._Element | None,
     if flush is not None and not MIN_FLUSH_INTERVAL <= flush <= MAX_FLUSH_INTERVAL:
         log.error(child(el, "FlushInterval"), "FlushInterval must be between 1us and 1s (e.g. 100ms)")
         ok = False
+    inactive = reader.interval(el, "InactiveClientAckExpiration", default=0.0)
+    jump_limit = reader.count(el, "PublisherSequenceJumpLimit", DEFAULT_SEQUENCE_JUMP_LIMIT, minimum=0)
     damaged = (reader.text(el, "DamagedRecords") or "stop").strip().lower()
     if damaged not in DAMAGED_RECORDS:
         log.error(child(el, "DamagedRecords"), f"DamagedRecords must be stop or skip, not {damaged!r}")
@@ -63,11 +65,13 @@ def build_transaction_log(reader: Reader, el: etree._Element | None,
             ok = False
             continue
         topics.append(LoggedTopic(name=name, message_type=mtype))
-    if not ok or directory is None or None in (preallocated, size, flush):
+    if not ok or directory is None or None in (preallocated, size, flush, inactive, jump_limit):
         return None
     assert preallocated is not None and size is not None and flush is not None
+    assert inactive is not None and jump_limit is not None
     return TransactionLogConfig(journal_directory=directory, journal_archive_directory=archive,
                                 preallocated_journal_files=preallocated, journal_size=size,
                                 min_journal_size=MIN_JOURNAL_SIZE, flush_interval=flush,
-                                topics=tuple(topics), where=reader.where(el), damaged_records=damaged)
+                                topics=tuple(topics), where=reader.where(el), damaged_records=damaged,
+                                inactive_client_ack_expiration=inactive, sequence_jump_limit=jump_limit)
 

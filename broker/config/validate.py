@@ -30,6 +30,7 @@ from broker.config.issues import IssueLog
 from broker.config.log_targets import build_logging
 from broker.config.model import (
     DEFAULT_CLIENT_BUFFER,
+    DEFAULT_LOGON_TIMEOUT,
     DEFAULT_MAX_MESSAGE_SIZE,
     ActionConfig,
     AdminConfig,
@@ -178,16 +179,21 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
         if max_size is not None and max_size <= 0:
             log.error(child(el, "MaxMessageSize"), "MaxMessageSize must be greater than 0")
         buffer = _memory_limit(reader, el, client_buffer)
+        logon_timeout = reader.interval(el, "LogonTimeout", default=DEFAULT_LOGON_TIMEOUT)
+        idle_timeout = reader.interval(el, "IdleTimeout", default=0.0)
         if address is not None and name is not None:
             context.addresses.append((address[0], address[1], name, reader.where(address_el)))
-        if None in (name, address, protocol, max_size, buffer) or (message_type_el is not None
+        if None in (name, address, protocol, max_size, buffer, logon_timeout, idle_timeout) or (
+                message_type_el is not None
                                                                    and message_type is None):
             continue
         assert name is not None and address is not None and protocol is not None
         assert max_size is not None and buffer is not None
+        assert logon_timeout is not None and idle_timeout is not None
         result.append(TransportConfig(name=name, type="tcp", host=address[0], port=address[1],
                                       protocol=protocol, message_type=message_type,
-                                      max_message_size=max_size, client_buffer=buffer, where=where))
+                                      max_message_size=max_size, client_buffer=buffer,
+                                      logon_timeout=logon_timeout, idle_timeout=idle_timeout, where=where))
     return tuple(result)
 
 

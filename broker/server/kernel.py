@@ -93,10 +93,14 @@ class Broker:
         self._serving = False
         self.message_type = get_message_type
         self.sessions: set[Any] = set()
+        #: Logged-on sessions by client name: a second logon under a name disconnects the first.
+        self.sessions_by_name: dict[str, Any] = {}
         self.counters: dict[str, int] = {
             "bytes_in": 0, "client_disconnects": 0, "slow_client_disconnects": 0,
             "protocol_errors": 0, "commands_failed": 0,
             "bytes_out_closed": 0,  # bytes sent to clients that have since disconnected
+            "logon_timeouts": 0, "idle_timeouts": 0, "duplicate_name_disconnects": 0,
+            "sequence_jumps_refused": 0,
         }
         self.latency = Histogram()
         self.journal: Any = None
@@ -191,6 +195,7 @@ class Broker:
             except re.error as exc:
                 raise ConfigError(f"TransactionLog Topic {t.name!r}: bad regex: {exc}") from None
         self.journal = JournalWriter(txlog, self.config.name)
+        self.journal.dedup.inactive_expiration = txlog.inactive_client_ack_expiration
         self.journal.open()
 
     def is_logged(self, topic: str) -> bool:
@@ -425,6 +430,10 @@ class Broker:
                 "commands_failed": self.counters["commands_failed"],
                 "publishes_refused": {kind: self.counters.get(f"publishes_refused_{kind}", 0)
                                       for kind in ("journal", "storage")},
+                "sequence_jumps_refused": self.counters["sequence_jumps_refused"],
+                "connections_closed": {"logon_timeout": self.counters["logon_timeouts"],
+                                       "idle_timeout": self.counters["idle_timeouts"],
+                                       "duplicate_name": self.counters["duplicate_name_disconnects"]},
             },
             "clients": [s.statistics() for s in sessions],
             "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},

@@ -185,12 +185,18 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
+                if self.transport.logon_timeout > 0:
+                    nursery.start_soon(self._logon_deadline, self.transport.logon_timeout)
+                if self.transport.idle_timeout > 0:
+                    nursery.start_soon(self._idle_deadline, self.transport.idle_timeout)
                 await self._reader()
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.broker.sessions.discard(self)
+            if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
+                del self.broker.sessions_by_name[self.name]
             self.engine.disconnect(self)
             self.broker.counters["client_disconnects"] += 1
             self.broker.counters["bytes_out_closed"] += self.outbound.bytes_out  # totals never go down
@@ -199,6 +205,43 @@ class Session:
                 await trio.aclose_forcefully(self.stream)
             log.info("%s %s (%s) disconnected%s", self.id, self.name or "-", self.remote,
                      f": {self.closed_reason}" if self.closed_reason else "")
+
+    def close(self, reason: str, counter: str | None = None) -> None:
+        """Disconnect this client (its tasks are cancelled; ``run`` cleans up), giving ``reason`` in the log.
+
+        Args:
+            reason: Why, for the disconnect log line.
+            counter: A broker counter to count the disconnect in.
+        """
+        if self.closed_reason:
+            return
+        self.closed_reason = reason
+        if counter is not None:
+            self.broker.counters[counter] = self.broker.counters.get(counter, 0) + 1
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _logon_deadline(self, seconds: float) -> None:
+        """Close the connection if it has not logged on ``seconds`` after connecting (``<LogonTimeout>``)."""
+        await trio.sleep(seconds)
+        if not self.logged_on:
+            log.warning("%s (%s) closed: no logon within %gs of connecting (the Transport's <LogonTimeout>)",
+                        self.id, self.remote, seconds)
+            self.close(f"no logon within {seconds:g}s", "logon_timeouts")
+
+    async def _idle_deadline(self, seconds: float) -> None:
+        """Close the connection once nothing arrived from it for ``seconds`` (``<IdleTimeout>``).
+
+        Any byte counts, heartbeats included: a client that heartbeats more often than this stays.
+        """
+        while True:
+            quiet = trio.current_time() - self._last_heard
+            if quiet >= seconds:
+                log.warning("%s %s (%s) closed: nothing received for %gs (the Transport's <IdleTimeout>)",
+                            self.id, self.name or "-", self.remote, seconds)
+                self.close(f"idle for {seconds:g}s", "idle_timeouts")
+                return
+            await trio.sleep(seconds - quiet)
 
     async def _writer(self) -> None:
         try:
@@ -266,6 +309,9 @@ class Session:
         the acks and the coroutine."""
         self.messages_in += 1
         try:
+            seq = header.get("seq")
+            if seq:
+                self._check_sequence(seq)
             self.engine.publish(self, header, body, delta=command == "delta_publish")
         except BrokerError as exc:
             self._failed(header, _NO_ACKS, command, exc)
@@ -297,18 +343,59 @@ class Session:
             self.ack(header, acks, "stats", reason=exc.reason, now=True)
 
     def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
+        if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
+            del self.broker.sessions_by_name[self.name]  # logging on again, maybe under another name
         self.name = header.get("client_name") or self.id
         self.name_hash = client_name_hash(self.name)
         mt = header.get("message_type")
         if mt and self.transport.message_type is None:
             self.message_type = self.broker.message_type(mt)
         self.logged_on = True
+        previous = self.broker.sessions_by_name.get(self.name)
+        self.broker.sessions_by_name[self.name] = self
+        if previous is not None and previous is not self:
+            # AMPS's behaviour: the newest logon wins; two clients under one name would share its
+            # de-duplication and bookmark state.
+            log.warning("%s (%s) logged on as %s, already used by %s (%s): disconnecting %s", self.id,
+                        self.remote, self.name, previous.id, previous.remote, previous.id)
+            previous.close(f"client name {self.name!r} logged on again by {self.id} ({self.remote})",
+                           "duplicate_name_disconnects")
         last = self.broker.last_persisted(self.name)
         self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
+    def _check_sequence(self, seq: Any) -> None:
+        """Refuse a publish whose ``s`` jumps far ahead of its publisher's last one.
+
+        De-duplication treats every later ``s`` at or below the highest seen as a re-send, so one publish
+        with a huge ``s`` (a client logged on under another's name) would make the real publisher's later
+        publishes be acknowledged and dropped. A publisher the journal does not know yet may start anywhere.
+
+        Raises:
+            CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>``.
+        """
+        journal = self.broker.journal
+        if journal is None or not isinstance(seq, int):
+            return
+        limit = self.broker.config.transaction_log.sequence_jump_limit
+        dedup = journal.dedup
+        if not limit or not dedup.is_known_hash(self.name_hash):
+            return
+        last = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
+        if seq - last > limit:
+            self.broker.counters["sequence_jumps_refused"] = self.broker.counters.get("sequence_jumps_refused", 0) + 1
+            raise CommandError(
+                "invalid sequence",
+                f"publish sequence {seq} is more than {limit} above this publisher's last one ({last}); "
+                "a publish store numbers publishes consecutively, so this is another client using the name "
+                f"{self.name!r}, or a store that was reset (raise <PublisherSequenceJumpLimit> or wait for "
+                "<InactiveClientAckExpiration> if that is intended)")
+
     async def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        seq = header.get("seq")
+        if seq:
+            self._check_sequence(seq)
         outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish")
         self.ack(header, acks, "processed")
         if "persisted" in acks:

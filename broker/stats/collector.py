@@ -86,6 +86,13 @@ METRICS: tuple[MetricSpec, ...] = (
           "Publishes (and SOW deletes) refused with a failure ack and applied to nothing, by reason: "
           "journal_full (the transaction log's disk is full), storage_failed (the SOW storage failed to write).",
           "reason"),
+    _spec("broker_sequence_jumps_refused_total", "counter",
+          "Publishes refused because a known publisher's s jumped more than the TransactionLog's "
+          "PublisherSequenceJumpLimit ahead of its last one (another client using its name)."),
+    _spec("broker_connections_closed_total", "counter",
+          "Client connections the broker closed, by reason: logon_timeout (no logon within the Transport's "
+          "LogonTimeout), idle_timeout (nothing received within IdleTimeout), duplicate_name (another "
+          "connection logged on with the same client name).", "reason"),
     _spec("broker_subscriptions", "gauge", "Current subscriptions, by kind.", "kind"),
     _spec("broker_paginated_subscriptions", "gauge",
           "Paginated sow_and_subscribe windows (top_n with skip_n) currently live."),
@@ -227,6 +234,9 @@ class BrokerCollector(Collector):
         refused = counters.get("publishes_refused", {})
         yield _labelled("broker_publishes_refused_total",
                         [("journal_full", refused.get("journal", 0)), ("storage_failed", refused.get("storage", 0))])
+        yield _scalar("broker_sequence_jumps_refused_total", counters.get("sequence_jumps_refused", 0))
+        yield _labelled("broker_connections_closed_total",
+                        sorted(counters.get("connections_closed", {}).items()))
         yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
         pagination = snap["pagination"]
         yield _scalar("broker_paginated_subscriptions", pagination["paginated_subscriptions"])

@@ -83,6 +83,11 @@ class Counters(TypedDict):
     # publishes (and sow deletes) refused unapplied, by cause: "journal" (the transaction log's disk is full),
     # "storage" (the SOW storage failed to write)
     publishes_refused: dict[str, int]
+    # publishes refused because a known publisher's s jumped more than <PublisherSequenceJumpLimit> ahead
+    sequence_jumps_refused: int
+    # connections closed by the broker, by cause: "logon_timeout" (no logon within <LogonTimeout>),
+    # "idle_timeout" (nothing received within <IdleTimeout>), "duplicate_name" (another logon took the name)
+    connections_closed: dict[str, int]
 
 
 class ClientStats(TypedDict):
@@ -247,6 +252,8 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
             "protocol_errors": 0,
             "commands_failed": 0,
             "publishes_refused": {"journal": 0, "storage": 0},
+            "sequence_jumps_refused": 0,
+            "connections_closed": {"logon_timeout": 0, "idle_timeout": 0, "duplicate_name": 0},
         },
         "clients": [],
         "topics": {},

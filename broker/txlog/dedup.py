@@ -11,6 +11,10 @@ client name):
 
 The table is rebuilt at start-up from a snapshot file (``<instance>.clients.ack`` in the JournalDirectory,
 written when a journal file fills and at close) plus the records logged after the snapshot.
+
+The table is bounded in time: with ``<TransactionLog><InactiveClientAckExpiration>`` set, the entries of a
+publisher that persisted nothing for longer than that interval are dropped (AMPS's behaviour: a publisher
+that comes back after that long starts afresh, and a re-sent publish older than that may be applied again).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import functools
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.txlog.bookmarks import client_name_hash
@@ -35,12 +41,30 @@ def _hash(client_name: str) -> int:
 
 
 class PublisherDedup:
-    """Highest ``s`` per publisher; safe for one thread appending, one persisting, others reading."""
+    """Highest ``s`` per publisher; safe for one thread appending, one persisting, others reading.
 
-    def __init__(self) -> None:
+    Args:
+        inactive_expiration: Seconds without a persisted publish after which a publisher's entries are
+            dropped (``<InactiveClientAckExpiration>``); 0: never.
+        clock: Monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(self, inactive_expiration: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._persisted: dict[int, int] = {}
         self._appended: dict[int, int] = {}
+        #: Seconds without a persisted publish after which a publisher's entries expire (0: never).
+        self.inactive_expiration = inactive_expiration
+        #: Publisher hash -> monotonic time of its last persisted publish (or of the first sweep that saw it).
+        self._active: dict[int, float] = {}
+        self._clock = clock
+        self._last_sweep = clock()
+        #: Publishers whose entries expired (for statistics).
+        self.expired = 0
+
+    def is_known_hash(self, publisher_hash: int) -> bool:
+        """Whether anything of this publisher is remembered (a new publisher has no entry)."""
+        return publisher_hash in self._appended or publisher_hash in self._persisted
 
     def last_persisted(self, client_name: str) -> int:
         """The highest persisted ``s`` of this client name (0 when none), for the logon ack's ``bm``."""
@@ -85,6 +109,47 @@ class PublisherDedup:
                     self._persisted[publisher_hash] = s
                 if s > self._appended.get(publisher_hash, 0):
                     self._appended[publisher_hash] = s
+            if self.inactive_expiration > 0:
+                now = self._clock()
+                for publisher_hash in updates:
+                    self._active[publisher_hash] = now
+                if now - self._last_sweep >= min(self.inactive_expiration / 4, 60.0):
+                    self._expire_locked(now)
+
+    def expire_inactive(self, now: float | None = None) -> int:
+        """Drop the entries of publishers inactive longer than :attr:`inactive_expiration`.
+
+        Args:
+            now: The time to judge by (the clock's when omitted).
+
+        Returns:
+            How many publishers expired.
+        """
+        if self.inactive_expiration <= 0:
+            return 0
+        with self._lock:
+            return self._expire_locked(self._clock() if now is None else now)
+
+    def _expire_locked(self, now: float) -> int:
+        self._last_sweep = now
+        cutoff = now - self.inactive_expiration
+        active = self._active
+        stale = []
+        for publisher_hash in self._persisted.keys() | self._appended.keys():
+            seen = active.get(publisher_hash)
+            if seen is None:
+                active[publisher_hash] = now  # restored at start-up: its clock starts now
+            elif seen < cutoff:
+                stale.append(publisher_hash)
+        for publisher_hash in stale:
+            self._persisted.pop(publisher_hash, None)
+            self._appended.pop(publisher_hash, None)
+            del active[publisher_hash]
+        if stale:
+            self.expired += len(stale)
+            log.info("de-duplication: %d publisher(s) inactive for more than %gs expired", len(stale),
+                     self.inactive_expiration)
+        return len(stale)
 
     def snapshot(self) -> dict[int, int]:
         """A copy of the persisted table."""

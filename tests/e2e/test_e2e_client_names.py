@@ -1,0 +1,143 @@
+"""Client names are exclusive, and a client using another's name cannot poison its de-duplication (issue 14).
+
+A second logon with a name already connected disconnects the first (AMPS's behaviour); a publish whose
+sequence jumps far ahead of its publisher's last one is refused, so the real publisher's later publishes are
+not acknowledged and dropped as duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import pytest
+
+AMPS = pytest.importorskip("AMPS")
+
+LOGGED = "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"
+
+
+def _journal(tmp_path) -> str:  # noqa: ANN001 - pytest's tmp_path
+    return f"<JournalDirectory>{tmp_path}/journal</JournalDirectory><FlushInterval>10ms</FlushInterval>{LOGGED}"
+
+
+class Raw:
+    """A raw AMPS connection (frames by hand: the official client numbers ``s`` itself)."""
+
+    def __init__(self, port: int, name: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+        self.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed", "mt": "json"})
+        logon = self.ack("L", "processed")
+        assert logon["status"] == "success", logon
+
+    def send(self, header: dict, body: bytes = b"") -> None:
+        payload = json.dumps(header).encode() + body
+        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+
+    def frames(self):  # noqa: ANN201 - a generator of headers
+        while True:
+            while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack(">I", self.buf[:4])[0]:
+                data = self.sock.recv(65536)
+                if not data:
+                    return
+                self.buf += data
+            size = struct.unpack(">I", self.buf[:4])[0]
+            payload, self.buf = self.buf[4:4 + size], self.buf[4 + size:]
+            header, _ = json.JSONDecoder().raw_decode(payload.decode())
+            yield header
+
+    def ack(self, cid: str, ack_type: str) -> dict:
+        for header in self.frames():
+            if header.get("c") == "ack" and header.get("cid") == cid and header.get("a") == ack_type:
+                return header
+        raise AssertionError(f"connection closed before the {ack_type} ack of {cid}")
+
+    def publish(self, s: int, data: str) -> dict:
+        self.send({"c": "p", "t": "orders", "cid": f"p{s}", "s": s, "a": "persisted"}, data.encode())
+        return self.ack(f"p{s}", "persisted")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_second_logon_with_the_same_name_disconnects_the_first(broker_factory, client_factory) -> None:
+    broker = broker_factory(admin=True)
+    first = client_factory(broker.uri, "trader-1")
+    gone = threading.Event()
+    first.set_disconnect_handler(lambda client: gone.set())
+    second = client_factory(broker.uri, "trader-1")
+
+    assert gone.wait(10), "the first client was not disconnected"
+    second.publish("orders", '{"id":1}')  # the newest logon keeps working
+    deadline = time.monotonic() + 5
+    while "already used by" not in broker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "logged on as trader-1, already used by" in broker.log()
+    time.sleep(1.5)  # admin statistics are sampled once per Interval (1s)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{broker.admin_port}/metrics", timeout=5).read().decode()
+    assert 'broker_connections_closed_total{reason="duplicate_name"} 1.0' in metrics
+
+
+def test_an_impostor_cannot_make_the_real_publishers_publishes_look_like_duplicates(
+    tmp_path, broker_factory, client_factory, make_collector
+) -> None:
+    broker = broker_factory(admin=True, transaction_log=_journal(tmp_path))
+    received = make_collector()
+    client_factory(broker.uri).subscribe(received, "orders")
+
+    victim = Raw(broker.port, "victim")
+    for s in (1, 2, 3):
+        assert victim.publish(s, f'{{"n":{s}}}')["status"] == "success"
+    victim.close()
+
+    impostor = Raw(broker.port, "victim")
+    refused = impostor.publish(10**12, '{"n":"poison"}')
+    assert refused["status"] == "failure"
+    assert refused["reason"] == "invalid sequence"
+    impostor.close()
+
+    victim = Raw(broker.port, "victim")
+    assert victim.publish(4, '{"n":4}')["status"] == "success"
+    victim.close()
+
+    got = received.wait_for(4)
+    assert [json.loads(m["data"])["n"] for m in got] == [1, 2, 3, 4]  # 4 arrived; the poison did not
+    assert "more than 1000000 above this publisher's last one (3)" in broker.log()
+    time.sleep(1.5)  # admin statistics are sampled once per Interval (1s)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{broker.admin_port}/metrics", timeout=5).read().decode()
+    assert "broker_sequence_jumps_refused_total 1.0" in metrics
+
+
+def test_a_new_publisher_may_start_at_any_sequence(tmp_path, broker_factory, client_factory, make_collector) -> None:
+    broker = broker_factory(transaction_log=_journal(tmp_path))
+    received = make_collector()
+    client_factory(broker.uri).subscribe(received, "orders")
+    fresh = Raw(broker.port, "restored-from-a-file-store")
+    assert fresh.publish(5_000_000_000, '{"n":1}')["status"] == "success"
+    assert fresh.publish(5_000_000_001, '{"n":2}')["status"] == "success"
+    fresh.close()
+    assert len(received.wait_for(2)) == 2
+
+
+def test_publish_store_client_is_unaffected_by_the_jump_limit(
+    tmp_path, broker_factory, client_factory, make_collector
+) -> None:
+    broker = broker_factory(transaction_log=_journal(tmp_path))
+    received = make_collector()
+    client_factory(broker.uri).subscribe(received, "orders")
+    client = AMPS.Client("store-publisher")
+    client.set_publish_store(AMPS.MemoryPublishStore())
+    client.connect(broker.uri)
+    client.logon(5000)
+    try:
+        for i in range(20):
+            client.publish("orders", json.dumps({"n": i}))
+        client.publish_flush(5000)
+    finally:
+        client.close()
+    assert len(received.wait_for(20)) == 20
