@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from broker.expr._functions import FunctionSpec
+from broker.expr._regex import Regex
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ class Like(Node):
 
     value: Node
     pattern: str
-    regex: re.Pattern[str]
+    regex: Regex
 
 
 @dataclass(frozen=True, slots=True)

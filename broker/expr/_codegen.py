@@ -52,12 +52,15 @@ class FilterStatistics:
 
     Attributes:
         function_errors: Calls to plugin functions that raised; each was treated as NULL.
+        evaluation_errors: Evaluations that raised (a message nested too deeply for the evaluator, a field
+            of an unexpected type, ...); each counted as "no match" (NULL) for this filter only.
     """
 
-    __slots__ = ("function_errors",)
+    __slots__ = ("evaluation_errors", "function_errors")
 
     def __init__(self) -> None:
         self.function_errors = 0
+        self.evaluation_errors = 0
 
 
 # -- constant folding --------------------------------------------------------------------------------
@@ -224,6 +227,7 @@ class CodeGen:
             "_begins": V.begins_with,
             "_ends": V.ends_with,
             "_is_null": V.is_null,
+            "_stats": stats,
         }
         self._names: dict[Any, str] = {}
         self._count = 0
@@ -332,7 +336,7 @@ class CodeGen:
         if isinstance(node, Like):
             t, r = self.temp(), self.bind(node.regex, "_r")
             return (
-                f"(({t} != '' and {r}.search({t}) is not None) if ({t} := {self.value(node.value)}).__class__ "
+                f"(({t} != '' and {r}.search({t})) if ({t} := {self.value(node.value)}).__class__ "
                 f"is str else (_like({t}, {r}) is True))"
             )
         return f"({self.truth_value(node)} is True)"
@@ -401,13 +405,23 @@ class CodeGen:
         Raises:
             FilterError: the expression is too large for the Python compiler.
         """
+        # Whatever one message makes the evaluation raise (RecursionError included) is "no match" for this
+        # filter only: the caller (a fan-out over every subscription, a SOW scan) never sees the error.
         source = (
             "def _match(m):\n"
-            "    _g = m.get\n"
-            f"    return {self.true(root)}\n"
+            "    try:\n"
+            "        _g = m.get\n"
+            f"        return {self.true(root)}\n"
+            "    except Exception:\n"
+            "        _stats.evaluation_errors += 1\n"
+            "        return False\n"
             "def _value(m):\n"
-            "    _g = m.get\n"
-            f"    return {self.truth_value(root)}\n"
+            "    try:\n"
+            "        _g = m.get\n"
+            f"        return {self.truth_value(root)}\n"
+            "    except Exception:\n"
+            "        _stats.evaluation_errors += 1\n"
+            "        return None\n"
         )
         try:
             code = compile(source, "<filter>", "exec")

@@ -28,7 +28,6 @@ Comparisons do not chain (``/a = /b = /c`` is an error; use parentheses). Errors
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from broker.errors import FilterError
@@ -51,11 +50,19 @@ from broker.expr._ast import (
     Or,
 )
 from broker.expr._functions import FunctionSpec
+from broker.expr._regex import LikeRegexError, compile_like
 from broker.expr._scanner import Kind, Scanner, Token, cook
 from broker.messagetypes import parse_path
 
-#: How deeply parentheses, NOT, unary minus and function calls may nest.
+#: How deeply parentheses, NOT, unary minus, function calls and arithmetic operators may nest (``a + b + c``
+#: nests two levels: the tree is ``(a + b) + c``). It keeps the parser, the compiler and the generated
+#: code far from Python's recursion limit whatever the input.
 MAX_DEPTH = 40
+
+#: The longest filter accepted, in characters. Compiling costs 2-11 microseconds per character (measured
+#: on the 2-core machine: a 32 KiB filter of 2,600 ORs compiles in 0.36 s under load, the worst case), so
+#: this bounds the time one filter can hold the event loop; longer filters are refused before parsing.
+MAX_FILTER_LENGTH = 32 * 1024
 
 _COMPARISON_OPS = {"=", "!=", "<", "<=", ">", ">="}
 _TAIL_WORDS = {"IN", "LIKE", "BETWEEN", "BEGINS", "ENDS"}
@@ -208,8 +215,8 @@ class Parser:
             pat = self.expect(Kind.STRING, "a quoted regular expression after LIKE")
             raw = str(pat.value)
             try:
-                regex = re.compile(raw)
-            except (re.error, OverflowError, RecursionError, ValueError) as exc:
+                regex = compile_like(raw)
+            except LikeRegexError as exc:
                 raise self.error(f"invalid regular expression: {exc}", pat.column) from None
             return Like(tok.column, value, raw, regex)
         # BEGINS WITH / ENDS WITH
@@ -227,17 +234,23 @@ class Parser:
         return tuple(items)
 
     def additive(self) -> Node:
+        entered = self.depth
         node = self.multiplicative()
         while (tok := self.peek()).kind is Kind.OP and tok.value in ("+", "-"):
             self.advance()
+            self.enter(tok.column)  # each operator nests the chain so far one level deeper
             node = Arith(node.column, str(tok.value), node, self.multiplicative())
+        self.depth = entered
         return node
 
     def multiplicative(self) -> Node:
+        entered = self.depth
         node = self.unary()
         while (tok := self.peek()).kind is Kind.OP and tok.value in ("*", "/", "%"):
             self.advance()
+            self.enter(tok.column)
             node = Arith(node.column, str(tok.value), node, self.unary())
+        self.depth = entered
         return node
 
     def unary(self) -> Node:

@@ -24,6 +24,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from broker.expr._regex import Regex
+
 _NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)\s*", re.ASCII)
 _INTEGER = re.compile(r"\s*[-+]?\d+\s*", re.ASCII)
 
@@ -230,7 +232,7 @@ def between(value: Any, low: Any, high: Any) -> Pred:
     return and3(ge(value, low), le(value, high))
 
 
-def like(value: Any, pattern: re.Pattern[str]) -> Pred:
+def like(value: Any, pattern: Regex) -> Pred:
     """``value LIKE 'regex'``: a regular-expression search (unanchored), any element of an array."""
     if value.__class__ is list:
         if not value:
@@ -239,7 +241,7 @@ def like(value: Any, pattern: re.Pattern[str]) -> Pred:
     text = to_text(value)
     if text is None:
         return None
-    return pattern.search(text) is not None
+    return pattern.search(text)
 
 
 def _affix(value: Any, items: tuple[Any, ...], starts: bool) -> Pred:

@@ -187,7 +187,7 @@ def test_plugin_functions_get_scalars_and_errors_become_null() -> None:
     assert flt(msg({"arr": [1, 2]}))
     assert seen == [1]  # functions are not array-aware: they see the first element
     assert not flt(msg({"arr": [3], "a": 1}))
-    assert flt.statistics() == {"function_errors": 1}
+    assert flt.statistics() == {"function_errors": 1, "evaluation_errors": 0}
 
 
 def test_plugin_results_are_normalised() -> None:
