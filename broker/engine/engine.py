@@ -209,6 +209,7 @@ class Engine:
             if paged and self.latency is not None:
                 self.latency.observe((time.time_ns() - now_ns) / 1e9, paged)
             delivered += paged
+            self.counters.messages_delivered += paged  # _fan_out counted the other subscriptions
         self._count_topic(topic, 1, delivered)
         return PublishOutcome(sequence)
 
