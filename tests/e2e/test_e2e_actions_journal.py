@@ -61,10 +61,14 @@ def _subscribe(client: AMPS.Client, topic: str, make_collector: Callable):  # no
 
 
 def _replay(client: AMPS.Client, topic: str, expect: int, make_collector: Callable) -> list[dict]:
-    """Replay from EPOCH until ``expect`` messages came, then a moment more (a duplicate would show)."""
+    """Replay from EPOCH until the completed ack, which follows every replayed message (so a duplicate
+    would show); ``expect`` is how many to wait for first."""
     got = _subscribe(client, topic, make_collector)
     got.wait_for(expect, timeout=30, command="publish")
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not any(m["command"] == "ack" and m["ack_type"] == "completed" for m in got.messages):
+        assert time.monotonic() < deadline, "the replay never completed"
+        time.sleep(0.02)
     return [m for m in got.messages if m["command"] == "publish"]
 
 

@@ -34,8 +34,14 @@ def test_scheduled_delete_sow_sends_oof_deleted(broker_factory, client_factory, 
         pub.publish("orders", json.dumps({"id": i, "status": "closed" if i in closed else "open"}))
     pub.publish_flush(5000)
     oofs = got.wait_for(len(closed), command="oof", timeout=15)
-    time.sleep(1.5)  # one more run of the action: it finds nothing more to delete
+    # A sentinel: a record closed now is deleted by a later run of the action, which must find nothing
+    # more of the first ten to delete.
+    pub.publish("orders", json.dumps({"id": 100, "status": "closed"}))
+    pub.publish_flush(5000)
+    got.wait_for(len(closed) + 1, command="oof", timeout=15)
     oofs = [m for m in got.messages if m["command"] == "oof"]
+    assert json.loads(oofs[-1]["data"])["id"] == 100
+    oofs = oofs[:-1]
     assert len(oofs) == len(closed)
     assert {m["reason"] for m in oofs} == {"deleted"}
     assert {json.loads(m["data"])["id"] for m in oofs} == closed

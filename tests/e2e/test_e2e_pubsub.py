@@ -79,22 +79,21 @@ def test_content_filter_selects_messages(broker, client_factory, make_collector)
     for r in rows:
         pub.publish("trades", json.dumps(r))
     pub.publish("trades", json.dumps({"sym": "END", "qty": 1000}))
+    sentinel = {"sym": "MSFT", "qty": 1001, "sentinel": True}  # matches, sent last: once it is here, all is
+    pub.publish("trades", json.dumps(sentinel))
     pub.publish_flush(5000)
-    got.wait_for(3, timeout=5)
-    time.sleep(0.3)
-    assert [json.loads(d) for d in got.data()] == [rows[1], rows[3], rows[4]]
+    got.wait_for(4, timeout=10)
+    assert [json.loads(d) for d in got.data()] == [rows[1], rows[3], rows[4], sentinel]
 
 
 def test_regex_topic_subscription(broker, client_factory, make_collector) -> None:
     sub, pub = client_factory(broker.uri), client_factory(broker.uri)
     got = make_collector()
     sub.subscribe(got, "^orders\\.(us|eu)$")
-    for topic in ("orders.us", "orders.jp", "orders.eu", "xorders.us"):
+    for topic in ("orders.us", "orders.jp", "orders.eu", "xorders.us", "orders.eu"):  # the last: a sentinel
         pub.publish(topic, json.dumps({"t": topic}))
-    msgs = got.wait_for(2)
-    time.sleep(0.3)
-    assert sorted(m["topic"] for m in got.messages) == ["orders.eu", "orders.us"]
-    assert len(msgs) == 2
+    got.wait_for(3)
+    assert [m["topic"] for m in got.messages] == ["orders.us", "orders.eu", "orders.eu"]
 
 
 def test_unsubscribe_stops_delivery(broker, client_factory, make_collector) -> None:
@@ -104,10 +103,13 @@ def test_unsubscribe_stops_delivery(broker, client_factory, make_collector) -> N
     pub.publish("ticks", '{"n":1}')
     got.wait_for(1)
     sub.unsubscribe(sid)
+    sentinel = make_collector()
+    sub.subscribe(sentinel, "sentinel")
     sub.publish_flush(5000)
     pub.publish("ticks", '{"n":2}')
+    pub.publish("sentinel", "{}")  # after the unwanted message, on the same connections: arrives after it
     pub.publish_flush(5000)
-    time.sleep(0.3)
+    assert sentinel.wait_for(1) and sentinel.data() == ["{}"]
     assert got.data() == ['{"n":1}']
 
 
@@ -117,11 +119,14 @@ def test_unsubscribe_all(broker, client_factory, make_collector) -> None:
     sub.subscribe(got, "a")
     sub.subscribe(got, "b")
     sub.unsubscribe()  # every subscription
+    sentinel = make_collector()
+    sub.subscribe(sentinel, "sentinel")
     sub.publish_flush(5000)
     pub.publish("a", "{}")
     pub.publish("b", "{}")
+    pub.publish("sentinel", "{}")  # after the unwanted messages: once it is here, they would be too
     pub.publish_flush(5000)
-    time.sleep(0.3)
+    assert sentinel.wait_for(1) and sentinel.data() == ["{}"]
     assert got.data() == []
 
 

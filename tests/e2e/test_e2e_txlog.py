@@ -49,6 +49,15 @@ def replay(client, topic: str, bookmark: str, *, options: str | None = None, fil
     return got
 
 
+def wait_completed(got, timeout: float = 10.0) -> None:
+    """Wait for the replay's completed ack: every replayed message arrives before it, so a message that
+    should not have been replayed would be here by then."""
+    deadline = time.monotonic() + timeout
+    while not any(m["command"] == "ack" and m["ack_type"] == "completed" for m in got.messages):
+        assert time.monotonic() < deadline, "no completed ack"
+        time.sleep(0.02)
+
+
 def numbers(collector) -> list[int]:
     return [json.loads(d)["n"] for d in collector.data("publish")]
 
@@ -90,7 +99,7 @@ def test_replay_after_a_bookmark(logged, client_factory, make_collector) -> None
     bm5 = [m["bookmark"] for m in first.messages if m["command"] == "publish"][4]
     other = client_factory(logged.uri)
     got = replay(other, "events", bm5, expect=5, make_collector=make_collector)
-    time.sleep(0.3)
+    wait_completed(got)
     assert numbers(got) == [5, 6, 7, 8, 9]
 
 
@@ -103,7 +112,7 @@ def test_replay_from_a_timestamp(logged, client_factory, make_collector, suffix)
     time.sleep(1.1)
     publish_numbered(pub, "events", 5, 9)
     got = replay(sub, "events", stamp, expect=4, make_collector=make_collector)
-    time.sleep(0.3)
+    wait_completed(got)
     assert numbers(got) == [5, 6, 7, 8]
 
 
@@ -113,7 +122,7 @@ def test_replay_from_a_list_starts_at_the_oldest(logged, client_factory, make_co
     first = replay(sub, "events", "0", expect=10, make_collector=make_collector)
     bms = [m["bookmark"] for m in first.messages if m["command"] == "publish"]
     got = replay(client_factory(logged.uri), "events", f"{bms[7]},{bms[2]}", expect=7, make_collector=make_collector)
-    time.sleep(0.3)
+    wait_completed(got)
     assert numbers(got) == list(range(3, 10))
 
 
@@ -124,7 +133,7 @@ def test_replay_with_filter_and_regex_topic(logged, client_factory, make_collect
     pub.publish("unlogged.c", json.dumps({"n": 100}))
     pub.publish_flush(5000)
     got = replay(sub, "^(logged|unlogged)\\.", "0", filter="/n >= 4", expect=6, make_collector=make_collector)
-    time.sleep(0.3)
+    wait_completed(got)
     assert numbers(got) == [4, 5, 6, 7, 8, 9]  # only logged topics are replayed
 
 
@@ -180,7 +189,9 @@ def test_pause_and_resume(logged, client_factory, make_collector) -> None:
     publish_numbered(pub, "events", 0, 10)
     got = make_collector()
     sub.bookmark_subscribe(got, "events", "0", sub_id="paused-sub", options="pause", timeout=5000)
-    time.sleep(0.5)
+    sentinel = make_collector()  # a replay on the same connection, placed after the paused one, completes:
+    replay(sub, "events", "0", expect=10, make_collector=lambda: sentinel)  # the paused one would have sent
+    wait_completed(sentinel)  # its messages by now
     assert got.data() == []
     sub.bookmark_subscribe(got, "events", "0", sub_id="paused-sub", options="resume", timeout=5000)
     got.wait_for(10, command="publish")
@@ -272,5 +283,5 @@ def test_garbage_after_the_last_record_is_cut_at_start_up(logged, client_factory
         f.write(b"\x00\x01garbage-garbage-garbage" * 10)
     logged.start()
     got = replay(client_factory(logged.uri), "events", "0", expect=10, make_collector=make_collector)
-    time.sleep(0.3)
+    wait_completed(got)
     assert numbers(got) == list(range(10))
