@@ -65,6 +65,9 @@ class TransportConfig:
     logon_timeout: float = DEFAULT_LOGON_TIMEOUT
     #: ``<IdleTimeout>`` (broker extension): seconds without any byte from the client before it is closed (0: never).
     idle_timeout: float = 0.0
+    #: ``<MaxMessageDepth>`` (broker extension): deepest json/xml nesting a published body may have
+    #: (``broker.messagetypes.DEFAULT_MAX_DEPTH``, at most ``MAX_DEPTH_LIMIT``).
+    max_message_depth: int = 64
     where: Where = field(default_factory=Where)
 
 

@@ -148,6 +148,9 @@ TRANSPORT = group(
          "any: the client's URI (/amps/json) chooses"),
     leaf("MaxMessageSize", "size", "Broker extension: the largest frame accepted; a bigger frame closes "
          "the connection.", "64MB"),
+    leaf("MaxMessageDepth", "count", "Broker extension: the deepest nesting of objects/arrays (json) or "
+         "elements (xml) a published body may have, 1 to 200; a deeper body is refused with a parse "
+         "error naming the limit.", "64"),
     leaf("MessageMemoryLimit", "size", "Outbound bytes buffered for one client before it is disconnected "
          "as a slow client.", "the instance MessageMemoryLimit, else 256MB"),
     leaf("LogonTimeout", "interval", "Broker extension: a connection that has not logged on this long after "

@@ -43,7 +43,8 @@ from broker.config.model import (
 from broker.config.schema import suggestion
 from broker.config.sow_topics import build_sow_topics
 from broker.config.transaction_log import build_transaction_log
-from broker.config.values import ANY_HOST, parse_address
+from broker.config.values import ANY_HOST, parse_address, parse_count
+from broker.messagetypes import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 
 _WILDCARD_HOSTS = {ANY_HOST, "::", ""}
 
@@ -181,20 +182,31 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
         buffer = _memory_limit(reader, el, client_buffer)
         logon_timeout = reader.interval(el, "LogonTimeout", default=DEFAULT_LOGON_TIMEOUT)
         idle_timeout = reader.interval(el, "IdleTimeout", default=0.0)
+        max_depth = reader.value_of(el, "MaxMessageDepth", _message_depth, DEFAULT_MAX_DEPTH)
         if address is not None and name is not None:
             context.addresses.append((address[0], address[1], name, reader.where(address_el)))
-        if None in (name, address, protocol, max_size, buffer, logon_timeout, idle_timeout) or (
+        if None in (name, address, protocol, max_size, buffer, logon_timeout, idle_timeout, max_depth) or (
                 message_type_el is not None
                                                                    and message_type is None):
             continue
         assert name is not None and address is not None and protocol is not None
         assert max_size is not None and buffer is not None
-        assert logon_timeout is not None and idle_timeout is not None
+        assert logon_timeout is not None and idle_timeout is not None and max_depth is not None
         result.append(TransportConfig(name=name, type="tcp", host=address[0], port=address[1],
                                       protocol=protocol, message_type=message_type,
                                       max_message_size=max_size, client_buffer=buffer,
-                                      logon_timeout=logon_timeout, idle_timeout=idle_timeout, where=where))
+                                      logon_timeout=logon_timeout, idle_timeout=idle_timeout,
+                                      max_message_depth=max_depth, where=where))
     return tuple(result)
+
+
+def _message_depth(text: str) -> int:
+    """``<MaxMessageDepth>``: 1 to :data:`MAX_DEPTH_LIMIT` (merge and diff recurse once per level)."""
+    value = parse_count(text, minimum=1)
+    if value > MAX_DEPTH_LIMIT:
+        raise ValueError(f"{value} is too large: the maximum is {MAX_DEPTH_LIMIT}, which keeps merging and "
+                         "comparing documents within Python's recursion limit")
+    return value
 
 
 def _protocol(reader: Reader, el: etree._Element, name: str | None, where: Where,

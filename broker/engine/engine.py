@@ -135,11 +135,21 @@ class Engine:
         slot[1] += delivered
 
     # -- publish -------------------------------------------------------------------------------------
-    def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False) -> PublishOutcome:
+    def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
+                max_depth: int | None = None) -> PublishOutcome:
         """Apply one publish or delta_publish.
 
+        Args:
+            client: The publishing session.
+            header: The command's header fields.
+            body: The message body.
+            delta: A ``delta_publish``: merged into the SOW record it updates.
+            max_depth: The publisher's transport ``<MaxMessageDepth>``; a json/xml body nested deeper is
+                refused before anything is stored or delivered. ``None``: no limit.
+
         Raises:
-            CommandError: the topic is missing, the message cannot be parsed or keyed.
+            CommandError: the topic is missing, the message cannot be parsed or keyed, or it is nested
+                deeper than ``max_depth`` (``MessageTooDeepError``, reason ``parse error``).
         """
         topic = header.get("topic")
         if not topic:
@@ -157,7 +167,7 @@ class Engine:
         key: str | None = None
         if sow is not None:
             mt = sow.message_type
-            msg = mt.parse(body, keyed=True)
+            msg = mt.parse(body, keyed=True, max_depth=max_depth)
             key = sow.key_for(msg, header.get("sow_key"))
             previous = sow.get(key)
             if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
@@ -168,7 +178,7 @@ class Engine:
                 msg = mt.parse(body, keyed=True)
         else:
             mt = client.message_type
-            msg = mt.lazy(body)  # parsed only if a filter reads a field
+            msg = mt.lazy(body, max_depth=max_depth)  # parsed only if a filter reads a field
         expire_at = 0
         if sow is not None and sow.default_expiration is not None:  # before journaling: a bad value refuses all
             e = header.get("expiration")

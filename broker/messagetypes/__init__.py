@@ -6,9 +6,12 @@ for how paths map onto JSON and XML documents.
 """
 
 from broker.messagetypes._base import (
+    DEFAULT_MAX_DEPTH,
+    MAX_DEPTH_LIMIT,
     PARSE_ERROR_REASON,
     Message,
     MessageParseError,
+    MessageTooDeepError,
     MessageType,
     PathStep,
     parse_path,
@@ -19,6 +22,8 @@ from broker.messagetypes._registry import get_message_type, message_type_names
 from broker.messagetypes._xml import XmlMessage, XmlMessageType
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "MAX_DEPTH_LIMIT",
     "PARSE_ERROR_REASON",
     "BinaryMessage",
     "BinaryMessageType",
@@ -26,6 +31,7 @@ __all__ = [
     "JsonMessageType",
     "Message",
     "MessageParseError",
+    "MessageTooDeepError",
     "MessageType",
     "PathStep",
     "XmlMessage",

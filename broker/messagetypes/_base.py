@@ -27,6 +27,14 @@ from broker.memo import Memo
 #: The AMPS ``reason`` sent when a message body cannot be parsed by its topic's message type.
 PARSE_ERROR_REASON = "parse error"
 
+#: Default of ``<Transport><MaxMessageDepth>`` (a broker extension): the deepest nesting of objects/arrays
+#: (json) or elements (xml) a published body may have.
+DEFAULT_MAX_DEPTH = 64
+
+#: The highest ``<MaxMessageDepth>`` accepted, and the depth merge and diff check before they walk a
+#: document: every recursive walk stays far below Python's recursion limit (1,000 frames).
+MAX_DEPTH_LIMIT = 200
+
 
 class MessageParseError(CommandError):
     """A message body is not a valid document of its message type.
@@ -42,6 +50,27 @@ class MessageParseError(CommandError):
             PARSE_ERROR_REASON,
             f"invalid {message_type} message: {detail}. Publish a well-formed {message_type} document "
             "or configure the topic with the message type it really uses",
+        )
+
+
+class MessageTooDeepError(MessageParseError):
+    """A message body nests objects, arrays or elements deeper than the limit.
+
+    Sent back with the ``parse error`` reason, like any body its message type refuses.
+
+    Args:
+        message_type: The message type name (``json``, ``xml``).
+        limit: The depth the body exceeds.
+    """
+
+    def __init__(self, message_type: str, limit: int) -> None:
+        self.message_type = message_type
+        self.limit = limit
+        CommandError.__init__(
+            self,
+            PARSE_ERROR_REASON,
+            f"{message_type} message nested more than {limit} levels deep (MaxMessageDepth is {limit}). "
+            f"Publish a flatter document or raise the Transport's <MaxMessageDepth> (at most {MAX_DEPTH_LIMIT})",
         )
 
 
@@ -201,25 +230,35 @@ class MessageType(abc.ABC):
     filterable: bool = True
 
     @abc.abstractmethod
-    def parse(self, data: bytes, *, keyed: bool = False) -> Message:
+    def parse(self, data: bytes, *, keyed: bool = False, max_depth: int | None = None) -> Message:
         """Parse ``data`` now and return the message.
 
         Args:
             data: The message body.
             keyed: The body is published to a SOW topic, whose key fields must be readable; message
                 types that can hold a top-level scalar (JSON) reject one.
+            max_depth: Refuse a body nested deeper than this (a publish); ``None``: no check.
 
         Raises:
             MessageParseError: the body is not a valid document of this type.
+            MessageTooDeepError: the body is nested deeper than ``max_depth``.
         """
 
     @abc.abstractmethod
-    def lazy(self, data: bytes) -> Message:
+    def lazy(self, data: bytes, *, max_depth: int | None = None) -> Message:
         """Wrap ``data`` without parsing it; it is parsed on the first field lookup.
 
         Use this for bodies already validated (SOW records, journal replay) or for topics where nothing
         may ever read a field. A body that turns out to be unparseable sets :attr:`Message.error` and
         answers ``None`` for every field.
+
+        Args:
+            data: The message body.
+            max_depth: Refuse a body nested deeper than this (a publish); ``None``: no check. The check
+                does not decode a JSON body; an XML body with more tags than ``max_depth`` is parsed.
+
+        Raises:
+            MessageTooDeepError: the body is nested deeper than ``max_depth``.
         """
 
     @abc.abstractmethod

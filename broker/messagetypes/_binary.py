@@ -33,11 +33,11 @@ class BinaryMessageType(MessageType):
     name = "binary"
     filterable = False
 
-    def parse(self, data: bytes, *, keyed: bool = False) -> BinaryMessage:
-        """Wrap ``data``; any bytes are a valid binary message."""
+    def parse(self, data: bytes, *, keyed: bool = False, max_depth: int | None = None) -> BinaryMessage:
+        """Wrap ``data``; any bytes are a valid binary message, of no depth."""
         return BinaryMessage(data)
 
-    def lazy(self, data: bytes) -> BinaryMessage:
+    def lazy(self, data: bytes, *, max_depth: int | None = None) -> BinaryMessage:
         """Same as :meth:`parse`."""
         return BinaryMessage(data)
 

@@ -13,15 +13,19 @@ when ``keyed=True`` (a SOW topic needs its key fields), and otherwise every look
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import orjson
 
 from broker.messagetypes._base import (
     LEAF,
+    MAX_DEPTH_LIMIT,
     Message,
     MessageParseError,
+    MessageTooDeepError,
     MessageType,
     PathStep,
     keep_tree,
@@ -30,12 +34,37 @@ from broker.messagetypes._base import (
 
 _UNPARSED: Any = object()
 
+#: A JSON string literal (escapes included); linear: the two repeated parts cannot match the same text.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: Keeps only brackets: an opening one becomes +1, a closing one -1 (as a signed byte).
+_DEPTH_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def depth_exceeds(data: bytes, limit: int) -> bool:
+    """Whether a JSON body nests objects and arrays more than ``limit`` levels deep, without decoding it.
+
+    Runs in C (a count, a regular expression that drops string literals, a translation and a running
+    sum), so a publish pays a few passes over its bytes and never a recursion. An invalid body gives a
+    meaningful answer for its valid prefix.
+
+    Args:
+        data: The body.
+        limit: The deepest nesting allowed; ``{}`` and ``[]`` are depth 1.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    steps = _STRING.sub(b"", data).translate(_DEPTH_STEPS, _NOT_BRACKETS)
+    return max(accumulate(memoryview(steps).cast("b")), default=0) > limit
+
 
 def _loads(data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         first = exc
+    if "depth" in str(first):  # orjson stops at 1,024 levels; the recursive stdlib parser must not try
+        raise MessageParseError("json", str(first)) from None
     # orjson refuses integers wider than 64 bits, which JSON allows; the stdlib parser accepts them but
     # must not accept the non-JSON constants NaN/Infinity.
     try:
@@ -59,15 +88,23 @@ def _step(node: Any, name: str) -> Any:
     if node.__class__ is dict:
         return node.get(name)
     if node.__class__ is list:
+        # Arrays nested in arrays are walked with an explicit stack: the depth comes from the client.
         out: list[Any] = []
-        for item in node:
-            value = _step(item, name)
-            if value is None:
-                continue
-            if value.__class__ is list:
-                out.extend(value)
-            else:
-                out.append(value)
+        stack = [iter(node)]
+        while stack:
+            item = next(stack[-1], _UNPARSED)
+            if item is _UNPARSED:
+                stack.pop()
+            elif item.__class__ is list:
+                stack.append(iter(item))
+            elif item.__class__ is dict:
+                value = item.get(name)
+                if value is None:
+                    continue
+                if value.__class__ is list:
+                    out.extend(value)
+                else:
+                    out.append(value)
         return out or None
     return None
 
@@ -153,13 +190,23 @@ class JsonMessage(Message):
 
 def _same(a: Any, b: Any) -> bool:
     # 1, 1.0 and true are == in Python but are different JSON values; a delta must show the change.
-    if a.__class__ is not b.__class__:
-        return False
-    if a.__class__ is dict:
-        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
-    if a.__class__ is list:
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+    # An explicit stack of pairs still to compare: no recursion, whatever the depth.
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if x.__class__ is not y.__class__:
+            return False
+        if x.__class__ is dict:
+            if x.keys() != y.keys():
+                return False
+            pending.extend((v, y[k]) for k, v in x.items())
+        elif x.__class__ is list:
+            if len(x) != len(y):
+                return False
+            pending.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
 
 
 def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +218,6 @@ def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
 
 
 def _diff(old: Any, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
@@ -205,12 +250,15 @@ class JsonMessageType(MessageType):
     name = "json"
     filterable = True
 
-    def parse(self, data: bytes, *, keyed: bool = False) -> JsonMessage:
+    def parse(self, data: bytes, *, keyed: bool = False, max_depth: int | None = None) -> JsonMessage:
         """Decode ``data`` now; see :meth:`MessageType.parse`.
 
         Raises:
             MessageParseError: not JSON, or (``keyed``) not a JSON object.
+            MessageTooDeepError: nested deeper than ``max_depth``.
         """
+        if max_depth is not None and depth_exceeds(data, max_depth):
+            raise MessageTooDeepError("json", max_depth)
         doc = _loads(data)
         if keyed and doc.__class__ is not dict:
             raise MessageParseError(
@@ -218,26 +266,45 @@ class JsonMessageType(MessageType):
             )
         return JsonMessage(data, doc)
 
-    def lazy(self, data: bytes) -> JsonMessage:
-        """Wrap ``data``; it is decoded on the first lookup."""
+    def lazy(self, data: bytes, *, max_depth: int | None = None) -> JsonMessage:
+        """Wrap ``data``; it is decoded on the first lookup.
+
+        Raises:
+            MessageTooDeepError: nested deeper than ``max_depth`` (checked without decoding).
+        """
+        if max_depth is not None and depth_exceeds(data, max_depth):
+            raise MessageTooDeepError("json", max_depth)
         return JsonMessage(data)
 
     def merge(self, base: bytes, delta: bytes) -> bytes:
-        """Merge a delta publish into ``base`` (objects field by field, arrays replaced)."""
+        """Merge a delta publish into ``base`` (objects field by field, arrays replaced).
+
+        Raises:
+            MessageParseError: either body is not JSON.
+            MessageTooDeepError: either body is nested deeper than :data:`MAX_DEPTH_LIMIT` (the merge
+                recurses once per level).
+        """
+        _check_walkable(base, delta)
         old, upd = _loads(base), _loads(delta)
         if old.__class__ is not dict or upd.__class__ is not dict:
             return delta
-        try:
-            return _dumps(_merge(old, upd))
-        except RecursionError:
-            raise MessageParseError("json", "the document is nested too deeply to merge") from None
+        return _dumps(_merge(old, upd))
 
     def diff(self, old: bytes, new: bytes, keep: Sequence[str] = ()) -> bytes:
-        """The changed fields of ``new`` plus the ``keep`` paths, as a JSON object."""
+        """The changed fields of ``new`` plus the ``keep`` paths, as a JSON object.
+
+        Raises:
+            MessageParseError: either body is not JSON.
+            MessageTooDeepError: either body is nested deeper than :data:`MAX_DEPTH_LIMIT`.
+        """
+        _check_walkable(old, new)
         before, after = _loads(old), _loads(new)
         if after.__class__ is not dict:
             return new
-        try:
-            return _dumps(_diff(before, after, keep_tree(keep)))
-        except RecursionError:
-            raise MessageParseError("json", "the document is nested too deeply to compare") from None
+        return _dumps(_diff(before, after, keep_tree(keep)))
+
+
+def _check_walkable(*bodies: bytes) -> None:
+    # Published bodies are at most MaxMessageDepth deep, but a SOW record may predate the limit.
+    if any(depth_exceeds(body, MAX_DEPTH_LIMIT) for body in bodies):
+        raise MessageTooDeepError("json", MAX_DEPTH_LIMIT)

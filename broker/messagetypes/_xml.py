@@ -21,8 +21,10 @@ from lxml import etree
 
 from broker.messagetypes._base import (
     LEAF,
+    MAX_DEPTH_LIMIT,
     Message,
     MessageParseError,
+    MessageTooDeepError,
     MessageType,
     PathStep,
     keep_tree,
@@ -55,6 +57,41 @@ def parse_root(data: bytes) -> etree._Element:
         raise MessageParseError("xml", "the document is empty")
     if root.getroottree().docinfo.doctype:
         raise MessageParseError("xml", "DOCTYPE declarations are not accepted")
+    return root
+
+
+def depth_exceeds(root: etree._Element, limit: int) -> bool:
+    """Whether a parsed document has elements nested more than ``limit`` levels deep (the root is 1).
+
+    One XPath step per level, each visiting the elements of that level once, in C: nothing recurses in
+    Python. The compiled expressions are kept per thread and per limit (the configured limits and
+    :data:`MAX_DEPTH_LIMIT`: a handful).
+    """
+    cache: dict[int, etree.XPath] | None = getattr(_local, "too_deep", None)
+    if cache is None:
+        cache = _local.too_deep = {}
+    check = cache.get(limit)
+    if check is None:
+        check = cache[limit] = etree.XPath("boolean(/*" + "/*" * limit + ")")
+    return bool(check(root))
+
+
+def parse_checked(data: bytes, limit: int) -> etree._Element:
+    """:func:`parse_root`, refusing a document nested more than ``limit`` levels deep.
+
+    Raises:
+        MessageParseError: as :func:`parse_root`.
+        MessageTooDeepError: nested deeper than ``limit`` (also when libxml2's own 256-level cap stopped
+            the parse).
+    """
+    try:
+        root = parse_root(data)
+    except MessageParseError as exc:
+        if "Excessive depth" in exc.detail:
+            raise MessageTooDeepError("xml", limit) from None
+        raise
+    if depth_exceeds(root, limit):
+        raise MessageTooDeepError("xml", limit)
     return root
 
 
@@ -178,14 +215,21 @@ def _merge(base: etree._Element, delta: etree._Element) -> None:
 
 
 def _same(a: etree._Element, b: etree._Element) -> bool:
-    if a.tag != b.tag or dict(a.attrib) != dict(b.attrib):
-        return False
-    ca, cb = _children(a), _children(b)
-    if not ca and not cb:
-        return (a.text or "") == (b.text or "")
-    return len(ca) == len(cb) and all(_same(x, y) for x, y in zip(ca, cb, strict=True))
-
-
+    # An explicit stack of element pairs still to compare: no recursion, whatever the depth.
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if x.tag != y.tag or dict(x.attrib) != dict(y.attrib):
+            return False
+        cx, cy = _children(x), _children(y)
+        if not cx and not cy:
+            if (x.text or "") != (y.text or ""):
+                return False
+        elif len(cx) != len(cy):
+            return False
+        else:
+            pending.extend(zip(cx, cy, strict=True))
+    return True
 
 
 def _compact_copy(element: etree._Element) -> etree._Element:
@@ -232,29 +276,55 @@ class XmlMessageType(MessageType):
     name = "xml"
     filterable = True
 
-    def parse(self, data: bytes, *, keyed: bool = False) -> XmlMessage:
+    def parse(self, data: bytes, *, keyed: bool = False, max_depth: int | None = None) -> XmlMessage:
         """Parse ``data`` now; see :meth:`MessageType.parse`.
 
         Raises:
             MessageParseError: not well-formed XML or has a DOCTYPE.
+            MessageTooDeepError: nested deeper than ``max_depth``.
         """
-        return XmlMessage(data, parse_root(data))
+        if max_depth is None or data.count(b"<") <= max_depth:  # each level needs a tag of its own
+            return XmlMessage(data, parse_root(data))
+        return XmlMessage(data, parse_checked(data, max_depth))
 
-    def lazy(self, data: bytes) -> XmlMessage:
-        """Wrap ``data``; it is parsed on the first lookup."""
-        return XmlMessage(data)
+    def lazy(self, data: bytes, *, max_depth: int | None = None) -> XmlMessage:
+        """Wrap ``data``; it is parsed on the first lookup.
+
+        Raises:
+            MessageTooDeepError: nested deeper than ``max_depth``. A body with more tags than that is
+                parsed now to be measured (and the parse is kept); a body that is not well-formed XML is
+                left for the first lookup, as without the check.
+        """
+        if max_depth is None or data.count(b"<") <= max_depth:
+            return XmlMessage(data)
+        try:
+            return XmlMessage(data, parse_checked(data, max_depth))
+        except MessageTooDeepError:
+            raise
+        except MessageParseError:
+            return XmlMessage(data)
 
     def merge(self, base: bytes, delta: bytes) -> bytes:
-        """Merge a delta publish into ``base`` (elements merged recursively, repeated elements replaced)."""
-        root, upd = parse_root(base), parse_root(delta)
+        """Merge a delta publish into ``base`` (elements merged recursively, repeated elements replaced).
+
+        Raises:
+            MessageParseError: either body is not well-formed XML.
+            MessageTooDeepError: either body is nested deeper than :data:`MAX_DEPTH_LIMIT`.
+        """
+        root, upd = parse_checked(base, MAX_DEPTH_LIMIT), parse_checked(delta, MAX_DEPTH_LIMIT)
         if root.tag != upd.tag:
             return delta
         _merge(root, upd)
         return etree.tostring(root, encoding="utf-8")
 
     def diff(self, old: bytes, new: bytes, keep: Sequence[str] = ()) -> bytes:
-        """The changed elements and attributes of ``new`` plus the ``keep`` paths, under the root."""
-        before, after = parse_root(old), parse_root(new)
+        """The changed elements and attributes of ``new`` plus the ``keep`` paths, under the root.
+
+        Raises:
+            MessageParseError: either body is not well-formed XML.
+            MessageTooDeepError: either body is nested deeper than :data:`MAX_DEPTH_LIMIT`.
+        """
+        before, after = parse_checked(old, MAX_DEPTH_LIMIT), parse_checked(new, MAX_DEPTH_LIMIT)
         if before.tag != after.tag:
             return new
         tree = keep_tree(keep).get(_local_name(after.tag) or "", {})

@@ -312,7 +312,8 @@ class Session:
             seq = header.get("seq")
             if seq:
                 self._check_sequence(seq)
-            self.engine.publish(self, header, body, delta=command == "delta_publish")
+            self.engine.publish(self, header, body, delta=command == "delta_publish",
+                                max_depth=self.transport.max_message_depth)
         except BrokerError as exc:
             self._failed(header, _NO_ACKS, command, exc)
 
@@ -396,7 +397,8 @@ class Session:
         seq = header.get("seq")
         if seq:
             self._check_sequence(seq)
-        outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish")
+        outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish",
+                                      max_depth=self.transport.max_message_depth)
         self.ack(header, acks, "processed")
         if "persisted" in acks:
             self._persisted_after(outcome.sequence, header, acks, duplicate=outcome.duplicate)
