@@ -9,18 +9,25 @@ Run: ``python bench/bench_filter.py [--seconds 1.0]``. Prints evaluations per se
   the cost of the first subscription to look at a new publish;
 * ``filter(...) call``: the same as the cached case through ``Filter.__call__``.
 
+``--like`` adds LIKE (issue 14): each pattern's evaluations per second through RE2 (what the broker
+uses) and through Python's backtracking ``re`` (what it used before, and what PCRE does), as a ratio,
+plus the catastrophic ``(a+)+$`` on 24 and 26 letters ``a`` and a ``b``: RE2 answers in microseconds whatever
+the length, ``re`` doubles per character.
+
 There are no timing assertions anywhere in the test suite; this script only reports.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections.abc import Callable
 
 import orjson
 
 from broker.expr import compile_filter
+from broker.expr._regex import compile_like
 from broker.messagetypes import get_message_type
 
 FILTER = "/region = 'EU' AND /qty > 100"
@@ -57,6 +64,7 @@ def rate(fn: Callable[[], object], seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
+    parser.add_argument("--like", action="store_true", help="also compare LIKE on RE2 with Python's re")
     args = parser.parse_args()
 
     data = orjson.dumps(DOC)
@@ -79,6 +87,37 @@ def main() -> None:
     print(f"filter: {FILTER!r}; message: {len(data)} bytes of JSON")
     for name, value in results.items():
         print(f"  {name:32} {value / 1e6:7.2f} M evals/s   ({base / value:5.2f}x reference time)")
+    if args.like:
+        like(args.seconds, json_type.parse(data))
+
+
+#: (pattern, field) pairs for :func:`like`: a literal, an anchored prefix, a class, case-insensitive.
+LIKE_CASES = [("EU", "region"), ("^alice", "trader"), ("^ACCT-[0-9]{4}$", "account"), ("(?i)BENCHMARK", "note")]
+
+
+def like(seconds: float, message: object) -> None:
+    """Print LIKE evaluation rates on RE2 vs Python's ``re``, and the catastrophic pattern's cost."""
+    print("LIKE: RE2 (the broker) vs Python re (backtracking, as before); ratio = RE2 time / re time")
+    for pattern, field in LIKE_CASES:
+        text = str(DOC[field])
+        ours, theirs = compile_like(pattern).search, re.compile(pattern).search
+        assert ours(text) and theirs(text)
+        mine = rate(lambda: ours(text), seconds)  # noqa: B023 - used before the next iteration
+        ref = rate(lambda: theirs(text) is not None, seconds)  # noqa: B023
+        flt = compile_filter(f"/{field} LIKE '{pattern}'")
+        whole = rate(lambda: flt.match(message), seconds)  # noqa: B023
+        print(f"  {pattern!r:22} RE2 {mine / 1e6:6.2f} M/s  re {ref / 1e6:6.2f} M/s  ratio {ref / mine:5.2f}x"
+              f"   whole filter {whole / 1e6:6.2f} M evals/s")
+    for n in (24, 26):
+        text = "a" * n + "b"
+        ours = compile_like("(a+)+$").search
+        start = time.perf_counter()
+        ours(text)
+        mine = time.perf_counter() - start
+        start = time.perf_counter()
+        re.search("(a+)+$", text)
+        ref = time.perf_counter() - start
+        print(f"  '(a+)+$' on {n} a's + b: RE2 {mine * 1e6:8.1f} us   re {ref * 1e3:8.1f} ms   ({ref / mine:,.0f}x)")
 
 
 if __name__ == "__main__":

@@ -232,3 +232,13 @@ def test_cost_grows_with_the_filter_and_its_regexes() -> None:
     regexes = compile_filter("/a LIKE '[a-z]{50}' OR /b LIKE '[0-9]{50}'")
     assert small.cost < big.cost
     assert regexes.cost > compile_filter("/a LIKE 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' OR /b LIKE 'x'").cost
+
+
+@pytest.mark.parametrize("pattern", ["EU", "^EU", "EU$", "^EU$", "^", "$", "^$", "E\\.U$", "^E.U"])
+@pytest.mark.parametrize("text", ["EU", "the EU", "EU way", "E.U", "EXU", "eu", ""])
+def test_literal_shortcuts_agree_with_re2(pattern: str, text: str) -> None:
+    from re2 import _re2
+
+    full = _re2.RE2(pattern.encode(), _re2.RE2.Options())
+    expected = full.Match(_re2.RE2.Anchor.UNANCHORED, text.encode(), 0, len(text.encode()))[0] != (-1, -1)
+    assert compile_like(pattern).search(text) is expected
