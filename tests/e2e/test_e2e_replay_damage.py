@@ -270,8 +270,9 @@ def test_damage_met_by_a_replay_at_run_time_fails_that_subscription_only(
     assert [m.get_data() for m in client.sow("orders", timeout=5000) if m.get_command() == "sow"] == [
         '{"id": 1, "n": 1}']
     client.publish("events", json.dumps({"n": 1000}))
+    client.publish("orders", json.dumps({"id": 2, "n": 2}))  # a sentinel, after it, to the live subscription
     client.publish_flush(5000)
-    time.sleep(0.3)
+    assert live.wait(lambda ms: len(ms) == 2)
     assert got.numbers() == delivered  # the failed subscription ended: no live message after the notice
     assert broker.proc is not None and broker.proc.poll() is None
 
