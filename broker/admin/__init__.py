@@ -3,6 +3,7 @@ actions. Implementation lives in :mod:`broker.admin.app` (the ASGI app) and :mod
 (hypercorn on trio)."""
 
 from broker.admin.app import AdminAction, AdminApp, AdminEndpoint
+from broker.admin.sampler import StatisticsSampler
 from broker.admin.server import serve_admin
 
-__all__ = ["AdminAction", "AdminApp", "AdminEndpoint", "serve_admin"]
+__all__ = ["AdminAction", "AdminApp", "AdminEndpoint", "StatisticsSampler", "serve_admin"]

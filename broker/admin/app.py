@@ -13,6 +13,11 @@ Routes:
   parameters and chooses the status (400 for a missing parameter, 409 when busy, 500 on failure).
 * ``/`` redirects to ``/amps``. Anything else is 404; a known path with a wrong method is 405.
 
+Everything served under ``/metrics`` and ``/amps`` is a view over the :class:`StatisticsSampler`'s latest
+sample, rendered in a worker thread once per sample and path and then served from a cache, so a request
+costs the same with 10 or 10,000 clients and the event loop never renders a large tree. Request paths and
+query strings are bounded (:data:`MAX_PATH_BYTES`, :data:`MAX_PATH_SEGMENTS`, :data:`MAX_QUERY_BYTES`).
+
 The application never raises to the server: a failing statistics source or action is logged and
 answered with a 500 carrying the error's message.
 """
@@ -22,21 +27,23 @@ from __future__ import annotations
 import gzip
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
+import trio
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from broker.admin.amps_tree import AmpsTreeBuilder, select
 from broker.admin.html_view import render_node
+from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import BrokerError
 from broker.stats.collector import make_registry
 from broker.stats.snapshot import BrokerSnapshot
 
-__all__ = ["AdminAction", "AdminApp", "AdminEndpoint"]
+__all__ = ["SAMPLE_HEADER", "MAX_PATH_BYTES", "MAX_PATH_SEGMENTS", "MAX_QUERY_BYTES", "AdminAction", "AdminApp", "AdminEndpoint"]
 
 log = logging.getLogger("broker.admin")
 
@@ -75,6 +82,21 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+#: Longest request path served (bytes, after percent-decoding); longer is 414.
+MAX_PATH_BYTES = 2048
+#: Most ``/``-separated path segments served; more is 400.
+MAX_PATH_SEGMENTS = 32
+#: Longest query string served (bytes); longer is 414.
+MAX_QUERY_BYTES = 2048
+#: Statistics responses (``/metrics``, ``/amps``) sent at the same time; more requests wait their turn.
+MAX_CONCURRENT_RESPONSES = 2
+#: Renderings kept per sample (by path and format); more distinct paths are rendered but not kept.
+MAX_CACHED_RENDERINGS = 64
+
+#: The response header naming the sample a ``/metrics`` or ``/amps`` response shows (grows by one per
+#: sample), so a client that needs values newer than some event waits for a larger number.
+SAMPLE_HEADER = b"x-statistics-sample"
+
 _ADMIN_PREFIX = "/amps/administrator"
 _TEXT = "text/plain; charset=utf-8"
 
@@ -83,27 +105,80 @@ class AdminApp:
     """The Admin server's ASGI application.
 
     Args:
-        source: Returns the broker's current statistics snapshot (``kernel.statistics``).
+        source: Returns the broker's statistics (``kernel.sample_statistics``); ignored when ``sampler``
+            is given.
         admin_actions: Administrator actions by path below ``/amps/administrator/``. The dict is used
             by reference, so entries added later are served.
-        interval: AMPS ``Admin/Interval`` in seconds: the averaging window of ``*_per_sec`` values.
+        interval: AMPS ``Admin/Interval`` in seconds: how often statistics are sampled, and the
+            averaging window of ``*_per_sec`` values.
         clock: Returns the current epoch time (uptime and rates).
         runtime_metrics: Include process/Python runtime metrics on ``/metrics``.
+        sampler: The sampler to serve from (its owner runs it); by default one over ``source``, which
+            the Admin server runs.
     """
 
     def __init__(
         self,
-        source: Callable[[], BrokerSnapshot],
+        source: SnapshotSource,
         *,
         admin_actions: dict[str, AdminAction] | None = None,
         interval: float = 10.0,
         clock: Callable[[], float] = time.time,
         runtime_metrics: bool = True,
+        sampler: StatisticsSampler | None = None,
     ) -> None:
-        self.source = source
+        self.sampler = sampler if sampler is not None else StatisticsSampler(source, interval=interval)
         self.admin_actions: dict[str, AdminAction] = admin_actions if admin_actions is not None else {}
-        self.registry = make_registry(source, clock=clock, runtime_metrics=runtime_metrics)
+        self._rendering: BrokerSnapshot | None = None
+        self.registry = make_registry(self._rendered_snapshot, clock=clock, runtime_metrics=runtime_metrics)
         self._tree = AmpsTreeBuilder(interval=interval, clock=clock)
+        # One rendering at a time, in a worker thread; results kept for the sample they were made from.
+        self._render_lock = trio.Lock()
+        # Its own thread token: never waits behind (or starves) the broker's other worker-thread users.
+        self._render_limiter = trio.CapacityLimiter(1)
+        # Few statistics bodies in flight: each send step of each response is event-loop time, so many
+        # concurrent large responses would lengthen every loop turn that messages wait for.
+        self._senders = trio.Semaphore(MAX_CONCURRENT_RESPONSES)
+        self._cache: dict[Hashable, Any] = {}
+        self._cache_generation = -1
+
+    def _rendered_snapshot(self) -> BrokerSnapshot:
+        assert self._rendering is not None, "the collector runs only inside _render"
+        return self._rendering
+
+    async def _render(self, key: Hashable, render: Callable[[BrokerSnapshot], Any]) -> tuple[tuple[bytes, bytes], Any]:
+        """``render(snapshot)`` for the latest sample, in a worker thread, once per sample and key.
+
+        Returns:
+            The ``X-Statistics-Sample`` header of that sample, and what ``render`` returned.
+
+        Raises:
+            Exception: The latest sample failed, or ``render`` did.
+        """
+        generation, snapshot = await self.sampler.current()
+        async with self._render_lock:
+            if generation != self._cache_generation:
+                self._cache.clear()
+                self._cache_generation = generation
+            header = (SAMPLE_HEADER, str(generation).encode())
+            if key in self._cache:
+                return header, self._cache[key]
+            self._rendering = snapshot
+            try:
+                value = await trio.to_thread.run_sync(render, snapshot, limiter=self._render_limiter)
+            finally:
+                self._rendering = None
+            if len(self._cache) < MAX_CACHED_RENDERINGS:
+                self._cache[key] = value
+            return header, value
+
+    def _tree_for(self, snapshot: BrokerSnapshot) -> dict[str, Any]:
+        """The ``/amps`` tree of the sample being rendered, built once per sample (in the worker thread,
+        under the render lock, which is what makes touching the cache safe here)."""
+        tree = self._cache.get("tree")
+        if tree is None:
+            tree = self._cache["tree"] = self._tree.build(snapshot)
+        return tree
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point (``http`` and ``lifespan`` scopes)."""
@@ -114,6 +189,10 @@ class AdminApp:
             return  # websockets are not served; hypercorn closes the connection
         method: str = scope["method"]
         path: str = scope["path"]
+        refusal = _refuse_request(path, scope.get("query_string", b""))
+        if refusal is not None:
+            await _respond(send, refusal[0], refusal[1].encode(), _TEXT)
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if path == "/metrics":
             if method not in ("GET", "HEAD"):
@@ -142,37 +221,38 @@ class AdminApp:
         if names:
             registry = registry.restricted_registry(names)
         try:
-            body = encoder(registry)
+            sample, body = await self._render(
+                ("metrics", content_type, tuple(names or ())), lambda _: encoder(registry)
+            )
         except Exception as exc:  # a broken source must not take the endpoint down for good
             log.exception("collecting metrics failed")
             await _respond(send, 500, f"Collecting metrics failed: {exc}\n".encode(), _TEXT)
             return
-        extra: list[tuple[bytes, bytes]] = []
+        extra: list[tuple[bytes, bytes]] = [sample]
         if gzip_accepted(headers.get("accept-encoding", "")):
             body = gzip.compress(body, compresslevel=5)
             extra.append((b"content-encoding", b"gzip"))
-        await _respond(send, 200, body, content_type, extra, head=method == "HEAD")
+        async with self._senders:
+            await _respond(send, 200, body, content_type, extra, head=method == "HEAD")
 
     async def _amps(self, send: Send, method: str, path: str) -> None:
         as_json = path.endswith(".json")
         bare = path.removesuffix(".json").rstrip("/") or "/amps"
         segments = bare.split("/")[2:]  # "/amps/a/b" -> ["a", "b"]
         try:
-            tree = self._tree.build(self.source())
+            sample, body = await self._render(
+                (as_json, bare), lambda snap: _amps_body(self._tree_for(snap), segments, bare, as_json)
+            )
         except Exception as exc:
             log.exception("building the /amps tree failed")
             await _respond(send, 500, f"Reading statistics failed: {exc}\n".encode(), _TEXT)
             return
-        found = select(tree, segments)
-        if found is None:
+        if body is None:
             await _respond(send, 404, f"No statistic at {bare}. Start from /amps.json.\n".encode(), _TEXT)
-            return
-        wrapped, node = found
-        if as_json:
-            await _respond(send, 200, orjson.dumps(wrapped), "application/json", head=method == "HEAD")
         else:
-            page = render_node(node, bare).encode()
-            await _respond(send, 200, page, "text/html; charset=utf-8", head=method == "HEAD")
+            content_type = "application/json" if as_json else "text/html; charset=utf-8"
+            async with self._senders:
+                await _respond(send, 200, body, content_type, [sample], head=method == "HEAD")
 
     async def _administrator(self, send: Send, name: str, query: bytes) -> None:
         if not name:
@@ -202,6 +282,26 @@ class AdminApp:
             await _respond(send, 500, f"Action '{name}' crashed: {exc!r}\n".encode(), _TEXT)
             return
         await _respond(send, status, (result if result.endswith("\n") else result + "\n").encode(), _TEXT)
+
+
+def _amps_body(tree: dict[str, Any], segments: list[str], bare: str, as_json: bool) -> bytes | None:
+    """The JSON or HTML of the node at ``segments`` (``None`` when there is none); runs in a worker thread."""
+    found = select(tree, segments)
+    if found is None:
+        return None
+    wrapped, node = found
+    return orjson.dumps(wrapped) if as_json else render_node(node, bare).encode()
+
+
+def _refuse_request(path: str, query: bytes) -> tuple[int, str] | None:
+    """``(status, message)`` when the path or query string is beyond the documented bounds, else ``None``."""
+    if len(path.encode("utf-8", errors="replace")) > MAX_PATH_BYTES:
+        return 414, f"Request path longer than {MAX_PATH_BYTES} bytes; statistics paths are short (/amps.json).\n"
+    if path.count("/") > MAX_PATH_SEGMENTS:
+        return 400, f"Request path has more than {MAX_PATH_SEGMENTS} segments; start from /amps.json.\n"
+    if len(query) > MAX_QUERY_BYTES:
+        return 414, f"Query string longer than {MAX_QUERY_BYTES} bytes.\n"
+    return None
 
 
 def _listing_line(name: str, action: AdminAction) -> str:

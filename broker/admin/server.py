@@ -13,19 +13,20 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
 
 from broker.admin.app import AdminAction, AdminApp
+from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import ConfigError
-from broker.stats.snapshot import BrokerSnapshot
 
 __all__ = ["serve_admin"]
 
-#: Bounds on what a client of the Admin server may hold (documented in docs/metrics.md).
+#: Bounds on what a client of the Admin server may hold (documented in docs/metrics.md): a request head
+#: (request line and headers) larger than MAX_REQUEST_HEAD_BYTES is refused by h11; a connection that sends
+#: nothing for READ_TIMEOUT_SECONDS is closed. Request bodies are never read.
 READ_TIMEOUT_SECONDS = 30.0
 KEEP_ALIVE_TIMEOUT_SECONDS = 5.0
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
@@ -59,7 +60,7 @@ async def _bind(host: str, port: int) -> socket.socket:
 async def serve_admin(
     host: str,
     port: int,
-    source: Callable[[], BrokerSnapshot],
+    source: SnapshotSource,
     *,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     admin_actions: dict[str, AdminAction] | None = None,
@@ -67,6 +68,7 @@ async def serve_admin(
     access_log: bool = False,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     clock: Callable[[], float] = time.time,
+    sampler: StatisticsSampler | None = None,
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
@@ -75,19 +77,23 @@ async def serve_admin(
     Args:
         host: Address to listen on (``""`` or ``"0.0.0.0"`` for all IPv4, ``"::"`` for IPv6).
         port: Port to listen on; 0 lets the OS choose (the chosen port is reported).
-        source: Returns the current statistics snapshot; called on the trio thread per request.
+        source: Returns the broker's statistics (or an awaitable of them); sampled once per ``interval``
+            on the trio thread, never per request.
         task_status: Receives the bound port once the server accepts connections.
         admin_actions: Administrator actions by path below ``/amps/administrator/`` (used by reference).
-        interval: AMPS ``Admin/Interval`` seconds, the averaging window of ``*_per_sec`` statistics.
+        interval: AMPS ``Admin/Interval`` seconds: how often statistics are sampled and the averaging
+            window of ``*_per_sec`` statistics.
         access_log: Log each request to the ``broker.admin.access`` logger (off by default).
         shutdown_trigger: When this returns, stop gracefully (in-flight requests get
             ``GRACEFUL_TIMEOUT_SECONDS``) and return.
         clock: Returns the current epoch time.
+        sampler: Serve from this sampler instead of one over ``source`` (the caller runs it; tests use it
+            to "sample now").
 
     Raises:
         ConfigError: The address cannot be resolved or bound.
     """
-    app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock)
+    app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock, sampler=sampler)
     sock = await _bind(host, port)
     bound_port: int = sock.getsockname()[1]
 
@@ -104,5 +110,12 @@ async def serve_admin(
     config.include_server_header = False
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(hypercorn.trio.serve, app, config, shutdown_trigger=shutdown_trigger))
+        if sampler is None:
+            nursery.start_soon(app.sampler.run)
+
+        async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+            nursery.cancel_scope.cancel()  # stopped gracefully: the sampler stops with it
+
+        await nursery.start(serve)
         task_status.started(bound_port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import socket
@@ -19,13 +20,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from broker.admin import serve_admin
+from broker.admin import StatisticsSampler, serve_admin
 from broker.stats import Histogram, empty_snapshot
 from broker.stats.histogram import DEFAULT_FSYNC_BUCKETS
 from broker.stats.snapshot import BrokerSnapshot
@@ -168,9 +170,17 @@ def make_source() -> Callable[..., SyntheticSource]:
 
 
 @pytest.fixture
-async def admin_port(nursery: trio.Nursery, source: SyntheticSource) -> int:
-    """An Admin server on 127.0.0.1 (OS-chosen port) over ``source``; stopped with the test."""
-    return await nursery.start(serve_admin, "127.0.0.1", 0, source)
+def sampler(source: SyntheticSource) -> StatisticsSampler:
+    """A sampler over ``source`` that samples only when a test says so (``await sampler.sample()``), so
+    what a request sees is deterministic; the first request takes the first sample."""
+    return StatisticsSampler(source, interval=math.inf)
+
+
+@pytest.fixture
+async def admin_port(nursery: trio.Nursery, source: SyntheticSource, sampler: StatisticsSampler) -> int:
+    """An Admin server on 127.0.0.1 (OS-chosen port) over ``source``, serving ``sampler``'s samples;
+    stopped with the test."""
+    return await nursery.start(partial(serve_admin, sampler=sampler), "127.0.0.1", 0, source)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
 AMPS = pytest.importorskip("AMPS")
@@ -31,9 +32,10 @@ def admin_broker(tmp_path: Path):
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
+    """The metrics of a sample taken after the call (statistics are sampled once per Admin/Interval)."""
+    headers, body = fresh_get(port, "/metrics")
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = body.decode()
     values = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -125,8 +127,7 @@ def test_amps_json_tree_and_404(admin_broker) -> None:
     c = client(admin_broker.uri, "tree-client")
     c.publish("orders", '{"id":1}')
     c.publish_flush(5000)
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin_broker.admin_port}/amps.json", timeout=5) as r:
-        tree = json.loads(r.read())
+    tree = json.loads(fresh_get(admin_broker.admin_port, "/amps.json")[1])
     instance = tree["amps"]["instance"]
     assert instance["name"] == "test-broker"
     assert any(cl["client_name"] == "tree-client" for cl in instance["clients"])

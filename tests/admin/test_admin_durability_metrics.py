@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 from broker.txlog.records import decode
 
@@ -58,14 +58,13 @@ def make_broker(tmp_path: Path) -> Iterator:
 
 def families(port: int) -> dict:
     """``/metrics`` parsed: family name (as users type it, counters with ``_total``) -> family."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = fresh_get(port, "/metrics")[1].decode()  # a sample taken after the call
     return {f.name + ("_total" if f.type == "counter" else ""): f for f in text_string_to_metric_families(text)}
 
 
 def amps_journal(port: int) -> dict[str, str]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/amps/instance/transaction_log.json", timeout=5) as reply:
-        return json.loads(reply.read())["amps"]["instance"]["transaction_log"]
+    body = fresh_get(port, "/amps/instance/transaction_log.json")[1]
+    return json.loads(body)["amps"]["instance"]["transaction_log"]
 
 
 def doc_row(name: str) -> tuple[str, str]:

@@ -105,8 +105,10 @@ async def test_metrics_values_equal_the_snapshot(admin_port, source, http) -> No
     assert any(name == "python_info" for name, _ in found)
 
 
-async def test_counters_move_by_exactly_the_delta(admin_port, source, http) -> None:
+async def test_counters_move_by_exactly_the_delta(admin_port, source, sampler, http) -> None:
     first = samples(await scrape(http, admin_port))
+    assert samples(await scrape(http, admin_port)) == first, "requests between two samples see the same values"
+    await sampler.sample()
     second = samples(await scrape(http, admin_port))
     assert (
         value(second, "broker_messages_received_total") - value(first, "broker_messages_received_total") == 7
@@ -171,14 +173,18 @@ async def test_metrics_gzip_and_name_filter(admin_port, http) -> None:
     assert names == {"broker_bytes_sent_total"}
 
 
-async def test_source_failure_is_a_500_and_the_server_recovers(admin_port, source, http) -> None:
+async def test_source_failure_is_a_500_and_the_server_recovers(admin_port, source, sampler, http) -> None:
     source.fail_next = True
     reply = await http(f"http://127.0.0.1:{admin_port}/metrics")
     assert reply.status == 500
     assert "synthetic statistics failure" in reply.text
+    assert (await http(f"http://127.0.0.1:{admin_port}/amps.json")).status == 500, "until the next sample"
+    await sampler.sample()
     assert (await http(f"http://127.0.0.1:{admin_port}/metrics")).status == 200
     source.fail_next = True
+    await sampler.sample()
     assert (await http(f"http://127.0.0.1:{admin_port}/amps.json")).status == 500
+    await sampler.sample()
     assert (await http(f"http://127.0.0.1:{admin_port}/amps.json")).status == 200
 
 

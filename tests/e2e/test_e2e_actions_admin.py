@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "custom_action.py"
@@ -67,7 +68,7 @@ def get(proc: BrokerProcess, path: str) -> tuple[int, str]:
 
 
 def metrics(proc: BrokerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = get(proc, "/metrics")[1]
+    text = fresh_get(proc.admin_port, "/metrics")[1].decode()  # a statistics sample taken after the call
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -126,7 +127,7 @@ def test_a_failing_step_is_a_500_counted_and_logged_and_the_broker_keeps_serving
     assert collector.wait_for(1, command="publish")
     assert get(admin_broker, "/amps/administrator/actions/explode")[0] == 500
     assert runs(metrics(admin_broker), "Exploder", "failure") == 2
-    tree = json.loads(get(admin_broker, "/amps/instance/actions.json")[1])["amps"]["instance"]["actions"]
+    tree = json.loads(fresh_get(admin_broker.admin_port, "/amps/instance/actions.json")[1])["amps"]["instance"]["actions"]
     exploder = next(a for a in tree if a["id"] == "Exploder")
     assert (exploder["runs"], exploder["failures"], exploder["running"]) == ("2", "2", "false")
 

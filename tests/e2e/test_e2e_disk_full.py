@@ -19,7 +19,6 @@ import os
 import subprocess
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import AMPS
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
 TXLOG = """<JournalDirectory>./disk/journal</JournalDirectory>
@@ -131,8 +131,7 @@ def publish(client: AMPS.Client, n: int, pad: str = PAD, topic: str = "orders") 
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = fresh_get(port, "/metrics")[1].decode()  # a statistics sample taken after the call
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 

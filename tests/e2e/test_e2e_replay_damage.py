@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import AMPS
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 from broker.txlog.records import decode
 
@@ -149,8 +149,7 @@ def replay(client: AMPS.Client, sub_id: str, topic: str = "events") -> Collector
 
 
 def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = fresh_get(port, "/metrics")[1].decode()  # a statistics sample taken after the call
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
             if not s.labels}
 

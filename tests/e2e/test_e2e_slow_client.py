@@ -7,10 +7,10 @@ import json
 import socket
 import struct
 import time
-import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
 
@@ -20,11 +20,11 @@ def frame(header: dict, body: bytes = b"") -> bytes:
 
 
 def metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for family in text_string_to_metric_families(r.read().decode()):
-            for s in family.samples:
-                if s.name == name:
-                    return s.value
+    text = fresh_get(port, "/metrics")[1].decode()  # a statistics sample taken after the call
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                return s.value
     raise AssertionError(f"{name} not exported")
 
 

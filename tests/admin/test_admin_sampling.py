@@ -1,0 +1,88 @@
+"""Admin statistics are sampled once per ``<Admin><Interval>`` and served from that sample (issue 14):
+concurrent requests share one sample and one rendering, request paths are bounded, and the sampler
+keeps its interval (the real broker's interval: test_admin_kernel_sampling.py)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from broker.admin import StatisticsSampler
+from broker.admin.amps_tree import AmpsTreeBuilder
+from broker.admin.app import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_QUERY_BYTES
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _many_clients(source, count: int) -> None:
+    row = source.current.get("clients", [{}])[0] if source.current.get("clients") else {}
+    source.current["clients"] = [
+        {**row, "id": f"c{i}", "client_name": f"client-{i}", "remote": f"127.0.0.1:{i}",
+         "connected_at": 1_700_000_000.0, "messages_in": 1, "messages_out": 1, "bytes_in": 1, "bytes_out": 1,
+         "subscriptions": 1, "queued_bytes": 0}
+        for i in range(count)
+    ]
+
+
+async def test_concurrent_requests_share_one_sample_and_one_rendering(admin_port, source, sampler, http,
+                                                                      monkeypatch) -> None:
+    source.frozen = True
+    _many_clients(source, 2000)
+    builds = []
+    real_build = AmpsTreeBuilder.build
+    monkeypatch.setattr(AmpsTreeBuilder, "build", lambda self, snap: builds.append(1) or real_build(self, snap))
+    replies = []
+
+    async def get(path: str) -> None:
+        replies.append(await http(f"http://127.0.0.1:{admin_port}{path}"))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(get, "/amps.json" if i % 2 else "/metrics")
+    assert [r.status for r in replies] == [200] * 50
+    assert len(source.served) == 1, "50 requests must read one sample, not take 50"
+    assert len(builds) == 1, "the /amps tree is built once per sample, whatever the number of requests"
+    assert {r.headers["x-statistics-sample"] for r in replies} == {"1"}
+    tree = next(r for r in replies if r.headers["content-type"] == "application/json").json()
+    assert len(tree["amps"]["instance"]["clients"]) == 2000
+
+    await sampler.sample()
+    again = await http(f"http://127.0.0.1:{admin_port}/amps.json")
+    assert again.headers["x-statistics-sample"] == "2" and len(builds) == 2
+
+
+async def test_request_paths_and_query_strings_are_bounded(admin_port, source, http) -> None:
+    base = f"http://127.0.0.1:{admin_port}"
+    long_path = await http(base + "/amps/" + "x" * MAX_PATH_BYTES + ".json")
+    assert long_path.status == 414 and f"longer than {MAX_PATH_BYTES} bytes" in long_path.text
+    deep = await http(base + "/amps" + "/a" * 7000 + ".json"[: MAX_PATH_BYTES])
+    assert deep.status in (400, 414)
+    segments = await http(base + "/amps" + "/a" * (MAX_PATH_SEGMENTS + 1) + ".json")
+    assert segments.status == 400 and f"more than {MAX_PATH_SEGMENTS} segments" in segments.text
+    query = await http(base + "/metrics?name[]=" + "b" * MAX_QUERY_BYTES)
+    assert query.status == 414 and "Query string longer" in query.text
+    assert len(source.served) == 0, "a refused request reads no statistics"
+    # At the bounds, requests are served.
+    ok = await http(base + "/amps" + "/a" * (MAX_PATH_SEGMENTS - 2) + ".json")
+    assert ok.status == 404 and "No statistic at" in ok.text
+    assert (await http(base + "/amps/instance/name.json")).status == 200
+
+
+def test_the_sampler_samples_once_per_interval() -> None:
+    taken: list[float] = []
+
+    async def main() -> None:
+        sampler = StatisticsSampler(lambda: taken.append(trio.current_time()) or {}, interval=2.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sampler.run)
+            await trio.sleep(9.5)
+            assert sampler.generation == 5
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [round(t - taken[0], 3) for t in taken] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_an_interval_below_one_second_is_raised_to_it() -> None:
+    assert StatisticsSampler(dict, interval=0.01).interval == 1.0
