@@ -25,6 +25,10 @@ from broker.sow.topic import SowTopic
 
 log = logging.getLogger("broker.engine")
 
+#: Estimated bytes the cache of compiled filters (by text) may keep in total (``Filter.cost``); past it
+#: the cache starts over. Subscriptions keep their own filters whatever the cache holds.
+FILTER_CACHE_BYTES = 64 * 1024 * 1024
+
 
 class Client(Protocol):
     """What the engine needs from a connected client (a :class:`broker.server.session.Session`)."""
@@ -101,7 +105,10 @@ class Engine:
         self._compile_order_by = compile_order_by
         self._functions = dict(filter_functions or {})
         #: Filter text -> compiled filter (bounded: filters come from clients).
-        self._filter_cache: Memo[str, Any] = Memo(lambda text: self._compile_filter(text, self._functions), 10_000)
+        self._filter_cache: Memo[str, Any] = Memo(
+            lambda text: self._compile_filter(text, self._functions), 10_000,
+            cost=lambda text, flt: getattr(flt, "cost", len(text)), max_cost=FILTER_CACHE_BYTES,
+        )
         self.journal = journal
         self.is_logged = is_logged
         self.counters = EngineCounters()

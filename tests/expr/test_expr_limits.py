@@ -242,3 +242,19 @@ def test_literal_shortcuts_agree_with_re2(pattern: str, text: str) -> None:
     full = _re2.RE2(pattern.encode(), _re2.RE2.Options())
     expected = full.Match(_re2.RE2.Anchor.UNANCHORED, text.encode(), 0, len(text.encode()))[0] != (-1, -1)
     assert compile_like(pattern).search(text) is expected
+
+
+def test_the_engines_filter_cache_is_bounded_by_bytes_not_only_entries() -> None:
+    from broker.engine.engine import FILTER_CACHE_BYTES, Engine
+    from broker.expr import compile_order_by
+
+    engine = Engine(sow_topics={}, message_types=get_message_type, compile_filter=compile_filter,
+                    compile_order_by=compile_order_by)
+    cache = engine._filter_cache
+    big = " OR ".join(f"/a = {i}" for i in range(2500))  # ~6.5 MB each by Filter.cost
+    for n in range(12):  # 12 distinct big filters: ~80 MB if only the 10,000-entry bound applied
+        flt = engine.compile_filter(f"/n = {n} OR {big}")
+        assert flt(msg(f'{{"n": {n}}}')) is True
+        assert cache.total_cost <= FILTER_CACHE_BYTES
+    assert len(cache) < 12
+    assert engine.compile_filter("/a = 1") is engine.compile_filter("/a = 1")  # small ones still cached
