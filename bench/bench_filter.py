@@ -14,6 +14,11 @@ uses) and through Python's backtracking ``re`` (what it used before, and what PC
 plus the catastrophic ``(a+)+$`` on 24 and 26 letters ``a`` and a ``b``: RE2 answers in microseconds whatever
 the length, ``re`` doubles per character.
 
+``--isolation`` starts a real broker and measures a normal client's publish-to-delivery latency (p50, p99,
+max over ``--count`` messages, official AMPS client) alone and then next to a subscription
+``/a LIKE '(a+)+$'`` that every 20th message (28 letters ``a`` and a ``b``, seconds each for a backtracking
+engine) is tested against; it prints both and their ratio.
+
 There are no timing assertions anywhere in the test suite; this script only reports.
 """
 
@@ -65,6 +70,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
     parser.add_argument("--like", action="store_true", help="also compare LIKE on RE2 with Python's re")
+    parser.add_argument("--isolation", action="store_true",
+                        help="also measure a second client's latency next to a catastrophic LIKE (real broker)")
+    parser.add_argument("--count", type=int, default=2000, help="messages per --isolation run")
     args = parser.parse_args()
 
     data = orjson.dumps(DOC)
@@ -89,6 +97,8 @@ def main() -> None:
         print(f"  {name:32} {value / 1e6:7.2f} M evals/s   ({base / value:5.2f}x reference time)")
     if args.like:
         like(args.seconds, json_type.parse(data))
+    if args.isolation:
+        isolation(args.count)
 
 
 #: (pattern, field) pairs for :func:`like`: a literal, an anchored prefix, a class, case-insensitive.
@@ -118,6 +128,70 @@ def like(seconds: float, message: object) -> None:
         re.search("(a+)+$", text)
         ref = time.perf_counter() - start
         print(f"  '(a+)+$' on {n} a's + b: RE2 {mine * 1e6:8.1f} us   re {ref * 1e3:8.1f} ms   ({ref / mine:,.0f}x)")
+
+
+
+def _latencies(uri: str, count: int, attacker: bool) -> list[float]:
+    """Publish-to-delivery latencies (seconds) of ``count`` messages to a plain subscriber."""
+    import threading
+
+    import AMPS
+
+    clients = [AMPS.Client(f"bench-filter-{who}-{time.monotonic_ns()}") for who in ("sub", "pub", "evil")]
+    for client in clients:
+        client.connect(uri)
+        client.logon(5000)
+    sub, pub, evil = clients
+    got: list[float] = []
+    done = threading.Event()
+
+    def on_message(message: object) -> None:
+        got.append(time.perf_counter() - orjson.loads(message.get_data())["t"])  # type: ignore[attr-defined]
+        if len(got) >= count:
+            done.set()
+
+    sub.subscribe(on_message, "lat", filter="/t > 0", timeout=5000)
+    if attacker:
+        evil.subscribe(lambda m: None, "lat", filter="/a LIKE '(a+)+$'", timeout=5000)
+    bad = orjson.dumps({"a": "a" * 28 + "b"}).decode()
+    for i in range(count):
+        if attacker and i % 20 == 0:
+            pub.publish("lat", bad)
+        pub.publish("lat", orjson.dumps({"t": time.perf_counter(), "i": i}).decode())
+        time.sleep(0.0005)
+    done.wait(600)
+    for client in clients:
+        client.close()
+    return sorted(got)
+
+
+def isolation(count: int) -> None:
+    """Print a normal client's latency alone and next to a catastrophic LIKE subscription."""
+    import tempfile
+    from pathlib import Path
+
+    from broker.testing.process import BrokerProcess
+
+    def figures(lat: list[float]) -> str:
+        if not lat:
+            return "nothing delivered"
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3  # noqa: E731
+        return f"{len(lat)} delivered, p50 {pick(0.5):.2f} ms, p99 {pick(0.99):.2f} ms, max {lat[-1] * 1e3:.2f} ms"
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = BrokerProcess.from_xml(Path(tmp)).start()
+        try:
+            alone = _latencies(proc.uri, count, attacker=False)
+            attacked = _latencies(proc.uri, count, attacker=True)
+        finally:
+            proc.stop()
+    print(f"isolation: {count} messages, one every 0.5 ms; every 20th publish is '(a+)+$' bait when attacked")
+    print(f"  alone:    {figures(alone)}")
+    print(f"  attacked: {figures(attacked)}")
+    if alone and attacked:
+        p99 = lambda lat: lat[min(len(lat) - 1, int(0.99 * len(lat)))]  # noqa: E731
+        print(f"  ratio attacked/alone: p50 {attacked[len(attacked) // 2] / alone[len(alone) // 2]:.2f}x, "
+              f"p99 {p99(attacked) / p99(alone):.2f}x")
 
 
 if __name__ == "__main__":
