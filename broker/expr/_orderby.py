@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from broker.errors import CommandError, FilterError
+from broker.expr._parser import MAX_FILTER_LENGTH
 from broker.expr._scanner import Kind, Scanner
 from broker.expr._values import str_to_number
 from broker.messagetypes import parse_path
@@ -131,6 +132,9 @@ def compile_order_by(text: str) -> OrderBy:
     Raises:
         broker.errors.CommandError: reason ``invalid order by``, with the column of the problem.
     """
+    if len(text) > MAX_FILTER_LENGTH:  # refused before scanning; the text is not echoed back
+        raise _invalid(f"the OrderBy is {len(text):,} characters long, over the limit of {MAX_FILTER_LENGTH:,}"
+                       " (MAX_FILTER_LENGTH)")
     try:
         tokens = list(Scanner(text).tokens())
     except FilterError as exc:

@@ -258,3 +258,14 @@ def test_the_engines_filter_cache_is_bounded_by_bytes_not_only_entries() -> None
         assert cache.total_cost <= FILTER_CACHE_BYTES
     assert len(cache) < 12
     assert engine.compile_filter("/a = 1") is engine.compile_filter("/a = 1")  # small ones still cached
+
+
+def test_an_order_by_over_the_length_limit_is_refused_without_echoing_it() -> None:
+    from broker.errors import CommandError
+    from broker.expr import compile_order_by
+
+    with pytest.raises(CommandError) as info:
+        compile_order_by(", ".join(f"/f{i} DESC" for i in range(100_000)))
+    assert info.value.reason == "invalid order by"
+    assert "MAX_FILTER_LENGTH" in str(info.value) and len(str(info.value)) < 300
+    assert compile_order_by(", ".join(f"/f{i}" for i in range(3000))).text.startswith("/f0")
