@@ -399,33 +399,28 @@ class CodeGen:
 
     # assembly --------------------------------------------------------------------------------------
 
-    def build(self, root: Node, text: str) -> tuple[Callable[[Any], bool], Callable[[Any], Any], str]:
-        """Compile ``root`` into ``(match, value, source)``.
+    def build(self, root: Node, text: str, *, value: bool = False) -> tuple[Callable[[Any], Any], str]:
+        """Compile ``root`` into ``(function, source)``: ``match(m) -> bool`` (TRUE or not), or with
+        ``value=True`` the three-valued ``value(m)`` (``True``, ``False`` or ``None``).
 
         Raises:
             FilterError: the expression is too large for the Python compiler.
         """
-        # Whatever one message makes the evaluation raise (RecursionError included) is "no match" for this
-        # filter only: the caller (a fan-out over every subscription, a SOW scan) never sees the error.
+        # Whatever one message makes the evaluation raise (RecursionError included) is "no match" (NULL)
+        # for this filter only: the caller (a fan-out over every subscription, a SOW scan) never sees it.
+        name, body, fallback = ("_value", self.truth_value(root), "None") if value else ("_match", self.true(root), "False")
         source = (
-            "def _match(m):\n"
+            f"def {name}(m):\n"
             "    try:\n"
             "        _g = m.get\n"
-            f"        return {self.true(root)}\n"
+            f"        return {body}\n"
             "    except Exception:\n"
             "        _stats.evaluation_errors += 1\n"
-            "        return False\n"
-            "def _value(m):\n"
-            "    try:\n"
-            "        _g = m.get\n"
-            f"        return {self.truth_value(root)}\n"
-            "    except Exception:\n"
-            "        _stats.evaluation_errors += 1\n"
-            "        return None\n"
+            f"        return {fallback}\n"
         )
         try:
             code = compile(source, "<filter>", "exec")
             exec(code, self.ns)  # noqa: S102 - source built from our own templates; see module docstring
         except (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError):
             raise FilterError("the filter is too complex to compile; simplify it", text, 0) from None
-        return self.ns["_match"], self.ns["_value"], source
+        return self.ns[name], source

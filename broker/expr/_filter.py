@@ -47,7 +47,7 @@ class Filter:
         text: str,
         tree: Node,
         match: Callable[[Any], bool],
-        value: Callable[[Any], Any],
+        value: Callable[[Any], Any] | None,
         source: str,
         stats: FilterStatistics,
     ) -> None:
@@ -68,6 +68,8 @@ class Filter:
     def evaluate(self, message: Any) -> Any:
         """The three-valued result for ``message``: ``True``, ``False`` or ``None`` (unknown). A filter that
         is a plain value (``/flag``) is converted as a condition (see ``docs/filters.md``)."""
+        if self._value is None:  # compiled on first use: the broker itself only calls match
+            self._value = CodeGen(self._stats).build(self._tree, self.text, value=True)[0]
         return self._value(message)
 
     def statistics(self) -> dict[str, int]:
@@ -199,5 +201,5 @@ def compile_filter(text: str, functions: Mapping[str, Callable[..., Any]] | None
         table = {**BUILTINS, **{name.upper(): plugin_spec(name, fn) for name, fn in functions.items()}}
     tree = fold(Parser(text, table).parse())
     stats = FilterStatistics()
-    match, value, source = CodeGen(stats).build(tree, text)
-    return Filter(text, tree, match, value, source, stats)
+    match, source = CodeGen(stats).build(tree, text)
+    return Filter(text, tree, match, None, source, stats)
