@@ -44,9 +44,11 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 def depth_exceeds(data: bytes, limit: int) -> bool:
     """Whether a JSON body nests objects and arrays more than ``limit`` levels deep, without decoding it.
 
-    Runs in C (a count, a regular expression that drops string literals, a translation and a running
-    sum), so a publish pays a few passes over its bytes and never a recursion. An invalid body gives a
-    meaningful answer for its valid prefix.
+    Runs in C (a count; dropping the string literals, by splitting at quotes or, when the body has
+    escapes, with a regular expression; a translation and a running sum), so a publish pays a few passes
+    over its bytes (about as long as decoding it, ``bench/bench_message_depth.py``) and never a recursion.
+    Only a body with more brackets than ``limit`` is scanned. An invalid body gives a meaningful answer for
+    its valid prefix.
 
     Args:
         data: The body.
@@ -54,7 +56,9 @@ def depth_exceeds(data: bytes, limit: int) -> bool:
     """
     if data.count(b"[") + data.count(b"{") <= limit:
         return False
-    steps = _STRING.sub(b"", data).translate(_DEPTH_STEPS, _NOT_BRACKETS)
+    # Drop the string literals: without escapes every other quote opens one (splitting is 6x faster).
+    outside = _STRING.sub(b"", data) if b"\\" in data else b"".join(data.split(b'"')[::2])
+    steps = outside.translate(_DEPTH_STEPS, _NOT_BRACKETS)
     return max(accumulate(memoryview(steps).cast("b")), default=0) > limit
 
 
