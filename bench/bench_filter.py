@@ -1,6 +1,6 @@
 """Filter evaluation speed: a compiled AMPS filter vs a hand-written Python lambda on a dict.
 
-Run: ``python bench/bench_filter.py [--seconds 1.0]``. Prints evaluations per second for
+Run from the repository root: ``python -m bench.bench_filter [--seconds 1.0] [--like] [--isolation]``. Prints evaluations per second for
 
 * ``reference``: ``lambda d: d["region"] == "EU" and d["qty"] > 100`` on the decoded dict;
 * ``compiled (cached fields)``: ``Filter.match`` on one parsed message, its field lookups cached
@@ -14,10 +14,11 @@ uses) and through Python's backtracking ``re`` (what it used before, and what PC
 plus the catastrophic ``(a+)+$`` on 24 and 26 letters ``a`` and a ``b``: RE2 answers in microseconds whatever
 the length, ``re`` doubles per character.
 
-``--isolation`` starts a real broker and measures a normal client's publish-to-delivery latency (p50, p99,
-max over ``--count`` messages, official AMPS client) alone and then next to a subscription
-``/a LIKE '(a+)+$'`` that every 20th message (28 letters ``a`` and a ``b``, seconds each for a backtracking
-engine) is tested against; it prints both and their ratio.
+``--isolation`` (with :mod:`bench.isolation`) starts a real broker and measures a normal client's
+publish-to-delivery latency (p50, p99, max over ``--count`` messages, official AMPS client) alone and
+next to a client that, before every 20th message, (1) publishes a bait value (28 letters ``a`` and a
+``b``: seconds each for a backtracking engine) to its ``/a LIKE '(a+)+$'`` subscription, (2) subscribes
+with a 1 MB filter; it prints both distributions and their ratio.
 
 There are no timing assertions anywhere in the test suite; this script only reports.
 """
@@ -25,9 +26,11 @@ There are no timing assertions anywhere in the test suite; this script only repo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -131,67 +134,38 @@ def like(seconds: float, message: object) -> None:
 
 
 
-def _latencies(uri: str, count: int, attacker: bool) -> list[float]:
-    """Publish-to-delivery latencies (seconds) of ``count`` messages to a plain subscriber."""
-    import threading
+def _catastrophic_like() -> Callable[[object, str], None]:
+    """An attack: subscribe once with ``(a+)+$``, then publish a bait value it has to be tested on."""
+    subscribed: list[bool] = []
+    bait = orjson.dumps({"a": "a" * 28 + "b"}).decode()
 
+    def attack(client: Any, topic: str) -> None:
+        if not subscribed:
+            client.subscribe(lambda m: None, topic, filter="/a LIKE '(a+)+$'", timeout=5000)
+            subscribed.append(True)
+        client.publish(topic, bait)
+
+    return attack
+
+
+def _huge_filter(client: Any, topic: str) -> None:
+    """An attack: subscribe with a 1 MB filter (60,000 ORs), which is refused."""
     import AMPS
 
-    clients = [AMPS.Client(f"bench-filter-{who}-{time.monotonic_ns()}") for who in ("sub", "pub", "evil")]
-    for client in clients:
-        client.connect(uri)
-        client.logon(5000)
-    sub, pub, evil = clients
-    got: list[float] = []
-    done = threading.Event()
+    with contextlib.suppress(AMPS.BadFilterException):
+        client.subscribe(lambda m: None, topic, filter=HUGE_FILTER, timeout=10_000)
 
-    def on_message(message: object) -> None:
-        got.append(time.perf_counter() - orjson.loads(message.get_data())["t"])  # type: ignore[attr-defined]
-        if len(got) >= count:
-            done.set()
 
-    sub.subscribe(on_message, "lat", filter="/t > 0", timeout=5000)
-    if attacker:
-        evil.subscribe(lambda m: None, "lat", filter="/a LIKE '(a+)+$'", timeout=5000)
-    bad = orjson.dumps({"a": "a" * 28 + "b"}).decode()
-    for i in range(count):
-        if attacker and i % 20 == 0:
-            pub.publish("lat", bad)
-        pub.publish("lat", orjson.dumps({"t": time.perf_counter(), "i": i}).decode())
-        time.sleep(0.0005)
-    done.wait(600)
-    for client in clients:
-        client.close()
-    return sorted(got)
+#: 60,000 ORed comparisons, over 1 MB: what took 10 s and 1 GB to compile before MAX_FILTER_LENGTH.
+HUGE_FILTER = " OR ".join(f"/abc = {i:06d}" for i in range(60_000))
 
 
 def isolation(count: int) -> None:
-    """Print a normal client's latency alone and next to a catastrophic LIKE subscription."""
-    import tempfile
-    from pathlib import Path
+    """Print a normal client's latency alone and next to a catastrophic LIKE, then next to 1 MB filters."""
+    from bench.isolation import report
 
-    from broker.testing.process import BrokerProcess
-
-    def figures(lat: list[float]) -> str:
-        if not lat:
-            return "nothing delivered"
-        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3  # noqa: E731
-        return f"{len(lat)} delivered, p50 {pick(0.5):.2f} ms, p99 {pick(0.99):.2f} ms, max {lat[-1] * 1e3:.2f} ms"
-
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = BrokerProcess.from_xml(Path(tmp)).start()
-        try:
-            alone = _latencies(proc.uri, count, attacker=False)
-            attacked = _latencies(proc.uri, count, attacker=True)
-        finally:
-            proc.stop()
-    print(f"isolation: {count} messages, one every 0.5 ms; every 20th publish is '(a+)+$' bait when attacked")
-    print(f"  alone:    {figures(alone)}")
-    print(f"  attacked: {figures(attacked)}")
-    if alone and attacked:
-        p99 = lambda lat: lat[min(len(lat) - 1, int(0.99 * len(lat)))]  # noqa: E731
-        print(f"  ratio attacked/alone: p50 {attacked[len(attacked) // 2] / alone[len(alone) // 2]:.2f}x, "
-              f"p99 {p99(attacked) / p99(alone):.2f}x")
+    report("'(a+)+$' subscriber fed a bait of 28 a's and a b", count, _catastrophic_like())
+    report("a 1 MB filter subscribe (refused)", count, _huge_filter)
 
 
 if __name__ == "__main__":

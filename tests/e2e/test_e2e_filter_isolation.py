@@ -2,7 +2,7 @@
 
 Each test runs a normal second client publishing an ordered sequence next to the offending one and
 checks that it receives everything, in order, within a generous deadline (completeness and ordering,
-not timing: the latency figure is in ``bench/bench_filter.py --isolation``).
+not timing: the latency figures come from ``python -m bench.bench_filter --isolation``).
 """
 
 from __future__ import annotations
