@@ -150,10 +150,10 @@ def _explain(pattern: str, error: bytes | str) -> str:
     if "pattern too large" in detail:
         return (
             f"the regular expression needs more than {MAX_REGEX_MEMORY // 1024} KiB once compiled "
-            f"({detail}); simplify it"
+            f"(MAX_REGEX_MEMORY; {detail}); use smaller repetition counts or split it across LIKEs"
         )
     if "repetition size" in detail:
-        return f"{detail}: RE2 allows at most 1000 repetitions in {{n,m}}"
+        return f"{detail}: RE2 allows at most 1000 repetitions in {{n,m}} (nested counts multiply)"
     return detail
 
 

@@ -269,3 +269,12 @@ def test_an_order_by_over_the_length_limit_is_refused_without_echoing_it() -> No
     assert info.value.reason == "invalid order by"
     assert "MAX_FILTER_LENGTH" in str(info.value) and len(str(info.value)) < 300
     assert compile_order_by(", ".join(f"/f{i}" for i in range(3000))).text.startswith("/f0")
+
+
+def test_a_pattern_too_big_for_the_regex_memory_bound_is_a_bad_filter_naming_it() -> None:
+    with pytest.raises(FilterError, match="MAX_REGEX_MEMORY") as info:
+        compile_filter("/a LIKE '\\pL{1000}'")
+    assert info.value.reason == "bad filter"
+    with pytest.raises(FilterError, match="nested counts multiply"):
+        compile_filter("/a LIKE '((a{100}){100}){100}'")
+    assert compile_filter("/a LIKE '[a-z]{1000}'")(msg('{"a": "' + "q" * 1000 + '"}')) is True
