@@ -22,6 +22,8 @@ DEFAULT_CLIENT_BUFFER = 256 * 1024 * 1024
 DEFAULT_LOGON_TIMEOUT = 10.0
 #: How far a known publisher's ``s`` may jump ahead unless <PublisherSequenceJumpLimit> says otherwise.
 DEFAULT_SEQUENCE_JUMP_LIMIT = 1_000_000
+#: Bytes of client input and output buffers, all connections together, unless <TotalMessageMemoryLimit> is set.
+DEFAULT_TOTAL_MEMORY_LIMIT = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ class Config:
     actions: tuple[ActionConfig, ...] = ()
     #: ``<Logging>``; ``None`` when absent (the broker logs to stderr at the ``--log-level``).
     logging: LoggingConfig | None = None
+    #: ``<TotalMessageMemoryLimit>`` (broker extension): client buffers of all connections together (0: none).
+    total_memory_limit: int = DEFAULT_TOTAL_MEMORY_LIMIT
     #: Elements AMPS defines that the broker does not support yet, and other non-fatal notes.
     warnings: tuple[ConfigIssue, ...] = ()
     #: The fully expanded XML text (``${VAR}`` and ``<Include>`` resolved), as ``--dump-config`` prints.

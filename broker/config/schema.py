@@ -293,6 +293,10 @@ ROOT = group(
     group("Actions", "Automation: triggers, conditions and steps.", ACTION, repeatable=True),
     leaf("MessageMemoryLimit", "size", "Default per-client outbound buffer for transports that do not set "
          "their own.", "256MB"),
+    leaf("TotalMessageMemoryLimit", "size", "Broker extension: client buffers of all connections together, "
+         "outbound queues and frames being received. A frame whose declared size does not fit closes its "
+         "connection before its payload is read; outbound queues past it offline the largest consumers "
+         "first (as slow clients). 0: no limit.", "1GB"),
     leaf("ConfigIncludeCommentDefault", "boolean", "Default of <Include comment=\"...\">: mark included text "
          "with comments in the expanded configuration.", "false"),
     leaf("ConfigCycleDetectionThreshold", "size", "Largest total size of the configuration with every "

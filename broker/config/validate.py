@@ -32,6 +32,7 @@ from broker.config.model import (
     DEFAULT_CLIENT_BUFFER,
     DEFAULT_LOGON_TIMEOUT,
     DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_TOTAL_MEMORY_LIMIT,
     ActionConfig,
     AdminConfig,
     Config,
@@ -95,6 +96,7 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
         log.warn(child(root, "Name"), f"instance name {name!r} contains a space or one of / \\ $ ~, which "
                  "AMPS advises against (the name is used in file names)")
     client_buffer = reader.size(root, "MessageMemoryLimit", default=DEFAULT_CLIENT_BUFFER)
+    total_memory = reader.size(root, "TotalMessageMemoryLimit", default=DEFAULT_TOTAL_MEMORY_LIMIT)
     # Read for their errors: the loader already applied them.
     reader.boolean(root, "ConfigIncludeCommentDefault", False)
     reader.size(root, "ConfigCycleDetectionThreshold", default=0)
@@ -110,10 +112,11 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
                                             lambda el: check_message_type(reader, el))
     actions = _actions(reader, root)
     logging_config = build_logging(reader, child(root, "Logging"))
-    if name is None:
+    if name is None or total_memory is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
-                  transaction_log=transaction_log, actions=actions, logging=logging_config)
+                  transaction_log=transaction_log, actions=actions, logging=logging_config,
+                  total_memory_limit=total_memory)
 
 
 # -- Admin -------------------------------------------------------------------------------------------------

@@ -209,6 +209,18 @@ class Connection:
         self._frames_received += 1
         return Frame(header, body)
 
+    def pending_frame_size(self) -> int:
+        """The bytes the frame being received occupies once complete (its declared payload plus the 4 length
+        bytes), or the bytes buffered when its length has not arrived yet; 0 when nothing is buffered.
+
+        After :meth:`next_event` returned :data:`NEED_DATA`, this is what the connection will hold before
+        the next frame can be returned: a transport checks it against a memory budget before reading on.
+        """
+        avail = len(self._buf) - self._pos
+        if avail < 4:
+            return avail
+        return 4 + _LEN_UNPACK(self._buf, self._pos)[0]
+
     def _fail(self, message: str) -> NoReturn:
         self._error = RemoteProtocolError(message)
         raise self._error

@@ -38,6 +38,7 @@ from broker.memo import Memo
 from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
+from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
 from broker.sow.keys import KeySpec
 from broker.sow.storage import StorageSpec
@@ -57,6 +58,10 @@ log = logging.getLogger("broker")
 
 #: The version string sent in logon acks (the client parses dotted parts of at most two digits).
 WIRE_VERSION = "5.3.4.0"
+
+#: Consumers with fewer bytes queued are never offlined for the broker-wide memory limit (input buffers,
+#: refused frame by frame, are not a consumer's doing).
+SHED_MIN_BYTES = 64 * 1024
 
 #: Seconds the on-shutdown actions may take before the broker stops without them.
 SHUTDOWN_ACTIONS_DEADLINE = 30.0
@@ -93,6 +98,8 @@ class Broker:
         self._serving = False
         self.message_type = get_message_type
         self.sessions: set[Any] = set()
+        #: Client buffers of all connections against ``<TotalMessageMemoryLimit>``.
+        self.memory = MemoryBudget(config.total_memory_limit)
         #: Logged-on sessions by client name: a second logon under a name disconnects the first.
         self.sessions_by_name: dict[str, Any] = {}
         self.counters: dict[str, int] = {
@@ -204,6 +211,19 @@ class Broker:
 
     def _matches_logged(self, topic: str) -> bool:
         return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
+
+    def shed_consumers(self) -> None:
+        """Offline the largest consumers (as slow clients) until client buffers fit the broker-wide limit
+        again, leaving room for a tenth of it (so the next publish does not shed again)."""
+        budget = self.memory
+        target = budget.limit - budget.limit // 10
+        if budget.output < SHED_MIN_BYTES:
+            return
+        for session in sorted(self.sessions, key=lambda s: s.outbound.size, reverse=True):
+            if budget.input + budget.output <= target or session.outbound.size < SHED_MIN_BYTES:
+                break
+            budget.offlined_consumers += 1
+            session._offline(total=budget.limit)
 
     def last_persisted(self, client_name: str) -> int:
         """The highest publish-store sequence persisted for a publisher (for the logon ack)."""
@@ -434,6 +454,9 @@ class Broker:
                 "connections_closed": {"logon_timeout": self.counters["logon_timeouts"],
                                        "idle_timeout": self.counters["idle_timeouts"],
                                        "duplicate_name": self.counters["duplicate_name_disconnects"]},
+                "memory": {"limit": self.memory.limit, "input_bytes": self.memory.input,
+                           "output_bytes": self.memory.output, "frames_refused": self.memory.refused_frames,
+                           "consumers_offlined": self.memory.offlined_consumers},
             },
             "clients": [s.statistics() for s in sessions],
             "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},

@@ -12,15 +12,52 @@ class SlowClient(Exception):
     """The client fell behind past its outbound bound and must be disconnected."""
 
 
+class MemoryBudget:
+    """The broker-wide bound on client buffers (``<TotalMessageMemoryLimit>``), shared by every connection.
+
+    ``output`` counts the bytes in every client's outbound buffer, including a batch being written;
+    ``input`` counts the frames being received: a connection reserves a frame's whole declared size as soon
+    as its 4-byte length arrives, before its payload is buffered. Sessions act on it: a frame that does
+    not fit closes its connection, and output past the limit offlines the largest consumers first.
+
+    Args:
+        limit: Bytes of input and output buffers together; 0: no broker-wide limit.
+    """
+
+    __slots__ = ("input", "limit", "output", "refused_frames", "offlined_consumers")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.input = 0
+        self.output = 0
+        #: Connections closed because a frame they started did not fit.
+        self.refused_frames = 0
+        #: Consumers offlined (as slow clients) to bring the output back under the limit.
+        self.offlined_consumers = 0
+
+    @property
+    def over(self) -> bool:
+        """Whether the buffers together exceed the limit."""
+        return 0 < self.limit < self.input + self.output
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes stay within the limit."""
+        return not self.limit or self.input + self.output + size <= self.limit
+
+
 class Outbound:
     """Encoded frames waiting to be written to one client.
 
     Args:
         limit: Bytes that may wait before the client is declared slow.
+        budget: The broker-wide budget the queued bytes count against (none: counted nowhere).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, budget: MemoryBudget | None = None) -> None:
         self.limit = limit
+        self.budget = budget if budget is not None else MemoryBudget(0)
+        #: Bytes taken by the writer and not yet written (still in memory, still counted in the budget).
+        self._writing = 0
         self._chunks: list[bytes] = []
         self.size = 0
         self._ready = trio.Event()
@@ -35,6 +72,7 @@ class Outbound:
             return
         self._chunks.append(data)
         self.size += len(data)
+        self.budget.output += len(data)
         if self.size > self.limit:
             self.overflowed = True
             self.closed = True
@@ -67,13 +105,26 @@ class Outbound:
                 raise SlowClient()
             data = b"".join(self._chunks)
             self._chunks.clear()
-            self.size = 0
+            self._writing, self.size = self.size, 0
             self._drained.set()
-            if fd is not None:
-                await write_all(fd, data)
-            else:
-                await stream.send_all(data)
+            try:
+                if fd is not None:
+                    await write_all(fd, data)
+                else:
+                    await stream.send_all(data)
+            finally:
+                self.budget.output -= self._writing
+                self._writing = 0
             self.bytes_out += len(data)
+
+    def discard(self) -> None:
+        """Drop every queued frame and stop accepting more (the client is being disconnected): the bytes
+        leave the broker-wide budget at once."""
+        self.budget.output -= self.size
+        self.size = 0
+        self._chunks.clear()
+        self.closed = True
+        self._ready.set()
 
     def close(self) -> None:
         """Stop accepting frames; the writer finishes what is queued, then returns."""

@@ -79,7 +79,9 @@ class Session:
         self.transport = transport
         self.remote = remote
         self.conn = Connection(max_frame_size=transport.max_message_size)
-        self.outbound = Outbound(transport.client_buffer)
+        self.outbound = Outbound(transport.client_buffer, broker.memory)
+        #: Bytes of the broker-wide budget reserved for the frame being received.
+        self._reserved_in = 0
         self.name = ""
         self.name_hash = 0
         self.logged_on = False
@@ -129,6 +131,8 @@ class Session:
         outbound.put(frame)
         if outbound.overflowed:
             self._offline()
+        elif outbound.budget.over:
+            self.broker.shed_consumers()
 
     def _queue(self, frame: bytes) -> None:
         """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
@@ -154,19 +158,29 @@ class Session:
         self.outbound.put(frame)
         if self.outbound.overflowed:
             self._offline()
+        elif self.outbound.budget.over:
+            self.broker.shed_consumers()
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (ends with the connection)."""
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def _offline(self, held: int = 0) -> None:
+    def _offline(self, held: int = 0, total: int = 0) -> None:
+        """Disconnect a slow client: its outbound bound was exceeded, or (``total``) the broker-wide
+        ``<TotalMessageMemoryLimit>`` was and it is the largest consumer."""
         if not self.closed_reason:
             self.closed_reason = "slow client"
             self.broker.counters["slow_client_disconnects"] += 1
-            log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes%s", self.id, self.name,
-                        self.outbound.limit,
-                        f" ({held} bytes of them live messages held while a query streamed)" if held else "")
+            if total:
+                log.warning("%s (%s) disconnected: the largest consumer (%d bytes queued) while client buffers "
+                            "exceeded the broker-wide TotalMessageMemoryLimit of %d bytes", self.id, self.name,
+                            self.outbound.size, total)
+            else:
+                log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes%s", self.id, self.name,
+                            self.outbound.limit,
+                            f" ({held} bytes of them live messages held while a query streamed)" if held else "")
+            self.outbound.discard()
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
 
@@ -200,6 +214,9 @@ class Session:
             self.engine.disconnect(self)
             self.broker.counters["client_disconnects"] += 1
             self.broker.counters["bytes_out_closed"] += self.outbound.bytes_out  # totals never go down
+            self.outbound.discard()
+            self.broker.memory.input -= self._reserved_in
+            self._reserved_in = 0
             with trio.move_on_after(1) as cs:
                 cs.shield = True
                 await trio.aclose_forcefully(self.stream)
@@ -269,6 +286,8 @@ class Session:
                 while True:
                     frame = self.conn.next_event()
                     if frame is NEED_DATA:
+                        if not self._reserve_input():
+                            return
                         break
                     if frame is CLOSED:
                         return
@@ -283,6 +302,26 @@ class Session:
                 self.closed_reason = f"protocol error: {exc}"
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
+
+    def _reserve_input(self) -> bool:
+        """Count the frame being received against the broker-wide budget; ``False``: it does not fit and
+        the connection is to be closed (refused before its payload is buffered)."""
+        need = self.conn.pending_frame_size()
+        reserved = self._reserved_in
+        if need == reserved:
+            return True
+        budget = self.broker.memory
+        if need > reserved and not budget.fits(need - reserved):
+            budget.refused_frames += 1
+            self.closed_reason = (f"a frame of {need} bytes does not fit the broker-wide TotalMessageMemoryLimit "
+                                  f"of {budget.limit} bytes")
+            log.warning("%s (%s) closed: it started a frame of %d bytes while client buffers hold %d of the "
+                        "broker-wide TotalMessageMemoryLimit of %d bytes", self.id, self.remote, need,
+                        budget.input + budget.output, budget.limit)
+            return False
+        budget.input += need - reserved
+        self._reserved_in = need
+        return True
 
     # -- dispatch ------------------------------------------------------------------------------------
     async def _dispatch(self, header: Mapping[str, Any], body: bytes) -> None:

@@ -89,6 +89,15 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_sequence_jumps_refused_total", "counter",
           "Publishes refused because a known publisher's s jumped more than the TransactionLog's "
           "PublisherSequenceJumpLimit ahead of its last one (another client using its name)."),
+    _spec("broker_client_buffered_bytes", "gauge",
+          "Bytes in client buffers, all connections together, by direction: input (frames being received, "
+          "reserved at their declared size) and output (outbound queues).", "direction"),
+    _spec("broker_client_memory_limit_bytes", "gauge",
+          "The broker-wide TotalMessageMemoryLimit on client buffers (0: none)."),
+    _spec("broker_memory_limit_refusals_total", "counter",
+          "Actions taken at the TotalMessageMemoryLimit: frame_refused (a connection that started a frame "
+          "that did not fit was closed), consumer_offlined (the largest consumer was disconnected as slow).",
+          "action"),
     _spec("broker_connections_closed_total", "counter",
           "Client connections the broker closed, by reason: logon_timeout (no logon within the Transport's "
           "LogonTimeout), idle_timeout (nothing received within IdleTimeout), duplicate_name (another "
@@ -235,6 +244,13 @@ class BrokerCollector(Collector):
         yield _labelled("broker_publishes_refused_total",
                         [("journal_full", refused.get("journal", 0)), ("storage_failed", refused.get("storage", 0))])
         yield _scalar("broker_sequence_jumps_refused_total", counters.get("sequence_jumps_refused", 0))
+        memory = counters.get("memory", {})
+        yield _labelled("broker_client_buffered_bytes",
+                        [("input", memory.get("input_bytes", 0)), ("output", memory.get("output_bytes", 0))])
+        yield _scalar("broker_client_memory_limit_bytes", memory.get("limit", 0))
+        yield _labelled("broker_memory_limit_refusals_total",
+                        [("consumer_offlined", memory.get("consumers_offlined", 0)),
+                         ("frame_refused", memory.get("frames_refused", 0))])
         yield _labelled("broker_connections_closed_total",
                         sorted(counters.get("connections_closed", {}).items()))
         yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
