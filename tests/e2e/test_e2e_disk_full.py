@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing.admin import fresh_get
+from broker.testing.disk import small_tmpfs
 from broker.testing.process import BrokerProcess
 
 TXLOG = """<JournalDirectory>./disk/journal</JournalDirectory>
@@ -50,17 +50,8 @@ SOW_STORE_FAILED = "sow store failed"
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A 24 MB tmpfs at ``tmp_path/disk`` (skips when it cannot be mounted); unmounted at the end."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {done.stderr.strip() or done.returncode}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "24m") as mount_point:
         yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True, check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
 
 
 @pytest.fixture

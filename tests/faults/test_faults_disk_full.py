@@ -9,8 +9,6 @@ the still-full disk (which needs no space) and freed space, leaves the rule inta
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from crash_harness import (
     wait_until,
 )
 
+from broker.testing.disk import small_tmpfs
 from broker.testing.process import BrokerProcess
 
 TMPFS_MB = 14
@@ -37,21 +36,10 @@ BALLAST_MB = 2
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 14 MB tmpfs at ``tmp_path/disk`` holding two 2 MB ballast files (space to free later)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command to mount a small tmpfs for the journal")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_MB}m", "tmpfs", str(disk)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs for the journal (needs root or CAP_SYS_ADMIN): "
-                    f"{done.stderr.strip() or done.returncode}")
-    try:
+    with small_tmpfs(tmp_path / "disk", f"{TMPFS_MB}m") as disk:
         for n in (1, 2):
             (disk / f"ballast{n}").write_bytes(b"\0" * BALLAST_MB * 1024 * 1024)
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def _journal_cids(directory: Path) -> list[str]:

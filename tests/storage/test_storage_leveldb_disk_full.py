@@ -5,7 +5,6 @@ that succeeded kept and the failed one not applied."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from broker.errors import StorageError
 from broker.sow.storage import StorageSpec
+from broker.testing.disk import small_tmpfs
 from broker_plugins.storage import leveldb
 from broker_plugins.storage.leveldb import LevelDBStorage
 
@@ -20,16 +20,8 @@ from broker_plugins.storage.leveldb import LevelDBStorage
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (needs root; skipped with the reason when mount is refused)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs: {done.stderr.strip() or done.returncode}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill(store: LevelDBStorage) -> tuple[dict[bytes, bytes], bytes]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from broker.errors import JournalError
+from broker.testing.disk import small_tmpfs
 from broker.txlog import JournalFullError, JournalWriter, ReplayStart, segments
 
 
@@ -98,12 +98,7 @@ def test_other_errors_fail_the_writer_for_good(open_writer: Callable[..., Journa
 
 
 def test_real_full_tmpfs(tmp_path: Path, make_config: Callable[..., object]) -> None:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip() or done.returncode}")
-    try:
+    with small_tmpfs(tmp_path / "small", "2m") as mount:
         config = make_config(journal_directory=str(mount / "j"), journal_archive_directory=None,
                              preallocated_journal_files=1)
         w = JournalWriter(config, "inst-a")  # type: ignore[arg-type]
@@ -125,8 +120,6 @@ def test_real_full_tmpfs(tmp_path: Path, make_config: Callable[..., object]) -> 
             if f.size:
                 f.path.unlink()  # free space (tests only: the log is thrown away)
         w.close()
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_full_disk_is_logged_once_per_episode(open_writer: Callable[..., JournalWriter],
