@@ -194,16 +194,6 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         raise problem  # after the good records read before it were sent
                     if session.outbound.size > WATERMARK:
                         await session.outbound.wait_below(WATERMARK // 2)
-            except JournalDamageError:
-                raise
-            except JournalError as exc:
-                if not _is_short_tail(exc):
-                    raise
-                # The files end before the durable sequence: records lost at the tail (a journal cut while the
-                # broker was stopped). Nothing more can be read: the replay ends here and goes live.
-                log.warning("%s replay for %s/%s: %s; going live after sequence %d", session.id, session.name,
-                            sub.sub_id, exc, read_to)
-                break
             finally:
                 close = getattr(records, "close", None)
                 if close is not None:
@@ -245,15 +235,6 @@ def _take(records: Iterator[Record]) -> tuple[list[Record], JournalError | None]
 
 #: The AMPS reason of a failed replay (the official client maps it to ReplayFailedException).
 REPLAY_FAILED = "txn replay failed"
-
-
-def _is_short_tail(exc: JournalError) -> bool:
-    """Whether a replay error only says the files end before the durable sequence (a cut tail).
-
-    The reader raises a plain :class:`JournalError` for that; a damaged record is a
-    :class:`JournalDamageError`, and a file removed under the replay names the file.
-    """
-    return "before the durable sequence" in str(exc)
 
 
 def describe_damage(exc: BaseException) -> str:
