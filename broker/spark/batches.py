@@ -1,0 +1,170 @@
+"""Journal records to pyarrow RecordBatches of the source's schema, one journal file at a time.
+
+Needs pyarrow, not pyspark: executors call :func:`file_batches` for their partition. Records are read with
+:class:`~broker.txlog.reader.JournalReader` (record format, CRC checks, plain, archived and ``.zst`` files,
+damaged ranges passed over and logged), pinned to the one file of the partition, looked up again by index
+when maintenance archived or compressed it after planning.
+
+The batches' Arrow types are exactly those Spark expects for the declared schema (``timestamp`` as
+``timestamp[us, tz=UTC]``, ``seq`` as ``int64``, ``data`` as ``string`` or ``binary``): a batch of other
+types would be refused or converted column by column.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from broker.errors import JournalError
+from broker.spark.location import JournalLocation
+from broker.spark.selection import Selection
+from broker.txlog.bookmarks import ReplayStart
+from broker.txlog.errors import JournalDamageError
+from broker.txlog.reader import JournalReader
+from broker.txlog.records import Record
+
+log = logging.getLogger("broker.spark")
+
+#: Records per Arrow batch.
+BATCH_ROWS = 32_768
+
+#: The columns, as a Spark DDL string (``data`` is ``string`` or ``binary``, see :func:`ddl`).
+COLUMNS = (
+    ("seq", "long", pa.int64()),
+    ("bookmark", "string", pa.string()),
+    ("timestamp", "timestamp", pa.timestamp("us", tz="UTC")),
+    ("topic", "string", pa.string()),
+    ("command", "string", pa.string()),
+    ("sow_key", "string", pa.string()),
+    ("correlation_id", "string", pa.string()),
+    ("message_type", "string", pa.string()),
+    ("data", "string", pa.string()),
+    ("expiration", "timestamp", pa.timestamp("us", tz="UTC")),
+)
+
+
+def ddl(binary: bool = False) -> str:
+    """The source's schema as Spark DDL."""
+    return ", ".join(f"{name} {'binary' if binary and name == 'data' else kind}" for name, kind, _ in COLUMNS)
+
+
+def arrow_schema(binary: bool = False) -> pa.Schema:
+    """The Arrow schema of the batches (matches :func:`ddl`)."""
+    return pa.schema([(name, pa.binary() if binary and name == "data" else t) for name, _, t in COLUMNS])
+
+
+_COMMAND_NAMES = {}
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="backslashreplace")
+
+
+def to_batch(records: list[Record], publisher: int, binary: bool = False) -> pa.RecordBatch:
+    """One RecordBatch of records (``publisher`` is the ``P`` of their bookmarks)."""
+    prefix = f"{publisher}|"
+    seqs = [r.sequence for r in records]
+    stamps = [r.timestamp_ns // 1000 for r in records]
+    commands = [_COMMAND_NAMES.get(r.command) or _COMMAND_NAMES.setdefault(r.command, r.command.wire_name)
+                for r in records]
+    if binary:
+        data: list[object] = [r.data for r in records]
+    else:
+        data = []
+        for r in records:
+            try:
+                data.append(r.data.decode())
+            except UnicodeDecodeError:
+                data.append(_text(r.data))
+    schema = arrow_schema(binary)
+    arrays = [
+        pa.array(seqs, pa.int64()),
+        pa.array([f"{prefix}{s}|" for s in seqs], pa.string()),
+        pa.array(stamps, pa.int64()).cast(schema.field("timestamp").type),
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array(commands, pa.string()),
+        pa.array([r.sow_key.decode("utf-8", "backslashreplace") for r in records], pa.string()),
+        pa.array([r.correlation_id.decode("utf-8", "backslashreplace") for r in records], pa.string()),
+        pa.array([r.message_type for r in records], pa.string()),
+        pa.array(data, schema.field("data").type),
+        pa.array([r.expiration_ns // 1000 or None for r in records], pa.int64()).cast(schema.field("expiration").type),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """One partition: the records of journal file ``index`` that a selection keeps.
+
+    Attributes:
+        index: The journal file's index (it keeps it when archived or compressed).
+        selection: What to keep.
+        hint: ``(sequence, offset)``: a record boundary in the file at or before the first record wanted
+            (the stream reader knows where the previous micro-batch ended), ``None`` to search.
+        bounded: Never read past ``selection.until_sequence`` (a micro-batch: the records after it may be
+            half-written) and stop at damage (:class:`~broker.txlog.errors.JournalDamageError`) rather than
+            pass over it as a batch read does.
+    """
+
+    index: int
+    selection: Selection
+    hint: tuple[int, int] | None = None
+    bounded: bool = False
+
+
+def file_records(location: JournalLocation, part: FileSlice) -> Iterator[Record]:
+    """The records of one partition, in sequence order.
+
+    Raises:
+        JournalError: The file was removed, or is damaged where a bounded (streaming) read needs it.
+    """
+    sel = part.selection
+    keep = sel.record_test()
+    attempts = 0
+    while True:
+        jf = location.file(part.index)
+        reader = JournalReader.from_files([jf])
+        by_sequence = sel.from_ns is None or sel.after_sequence > 0
+        start = ReplayStart.after(sel.after_sequence) if by_sequence else ReplayStart.since(sel.from_ns or 0)
+        if part.hint is not None and by_sequence and part.hint[1] > 0:
+            first = reader.first_record_of(jf)
+            if first is not None:  # seed the reader's index so that it seeks straight to the hint
+                reader.index.note(jf.index, first[0], first[1], 0)
+                reader.index.note(jf.index, min(part.hint[0], sel.after_sequence + 1), first[1], part.hint[1])
+        produced = 0
+        try:
+            for rec in reader.records(start, until_sequence=sel.until_sequence if part.bounded else None):
+                if sel.past_end(rec):
+                    break
+                if keep(rec):
+                    produced += 1
+                    yield rec
+        except JournalDamageError:
+            raise
+        except JournalError:
+            # Moved between the look-up and the open (compressed, archived): look it up again, unless
+            # records were already produced (then the error is real).
+            attempts += 1
+            if produced or attempts >= 5:
+                raise
+            continue
+        finally:
+            for problem in reader.problems:
+                log.warning("%s", problem)
+        return
+
+
+def file_batches(location: JournalLocation, part: FileSlice, binary: bool = False) -> Iterator[pa.RecordBatch]:
+    """:func:`file_records` as RecordBatches of at most :data:`BATCH_ROWS` rows."""
+    publisher = location.publisher
+    chunk: list[Record] = []
+    for rec in file_records(location, part):
+        chunk.append(rec)
+        if len(chunk) >= BATCH_ROWS:
+            yield to_batch(chunk, publisher, binary)
+            chunk = []
+    if chunk:
+        yield to_batch(chunk, publisher, binary)
