@@ -76,6 +76,10 @@ class RemoteProtocolError(ProtocolError):
     """The peer sent bytes that are not a valid AMPS frame; the connection must be closed."""
 
 
+class NotAmpsError(RemoteProtocolError):
+    """The peer spoke another protocol (an HTTP or WebSocket request) on an AMPS TCP port."""
+
+
 class CommandError(BrokerError):
     """A single command failed; the connection carries on. ``reason`` goes back in the ack.
 

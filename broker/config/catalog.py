@@ -14,8 +14,8 @@ SUPPORTED_TRANSPORT_TYPES = ("tcp",)
 UNSUPPORTED_TRANSPORT_TYPES = ("tcps", "amps-unix", "amps-replication", "amps-replication-secure")
 
 #: Transport ``Protocol`` values: served (``json`` is AMPS's synonym of ``amps``), and accepted with a warning.
-SUPPORTED_PROTOCOLS = {"amps": "amps", "json": "amps"}
-UNSUPPORTED_PROTOCOLS = ("websocket", "fix", "nvfix", "xml", "soap", "fix-session")
+SUPPORTED_PROTOCOLS = {"amps": "amps", "json": "amps", "websocket": "websocket"}
+UNSUPPORTED_PROTOCOLS = ("fix", "nvfix", "xml", "soap", "fix-session")
 
 #: Native libraries AMPS ships, by the built-in plugin that does the same job.
 LIBRARY_ALIASES = {

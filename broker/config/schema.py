@@ -142,12 +142,13 @@ TRANSPORT = group(
     # InetAddr and Protocol are required for tcp transports only; validate.py checks them.
     leaf("InetAddr", "address", "Port or host:port to listen on; a bare port listens on every address. "
          "Required."),
-    leaf("Protocol", "text", "Header protocol: amps (json is a synonym). websocket and the legacy "
-         "protocols are accepted with a warning and the transport is ignored. Required."),
+    leaf("Protocol", "text", "Header protocol: amps (json is a synonym) for AMPS over TCP, websocket for "
+         "AMPS over WebSocket (the JavaScript client: ws://host:port/amps/json). The legacy protocols are "
+         "accepted with a warning and the transport is ignored. Required."),
     leaf("MessageType", "message type", "Restrict the transport to one message type.",
          "any: the client's URI (/amps/json) chooses"),
-    leaf("MaxMessageSize", "size", "Broker extension: the largest frame accepted; a bigger frame closes "
-         "the connection.", "64MB"),
+    leaf("MaxMessageSize", "size", "Broker extension: the largest frame accepted (on a websocket transport: "
+         "the largest message and the largest command); a bigger one closes the connection.", "64MB"),
     leaf("MaxMessageDepth", "count", "Broker extension: the deepest nesting of objects/arrays (json) or "
          "elements (xml) a published body may have, 1 to 200; a deeper body is refused with a parse "
          "error naming the limit.", "64"),
@@ -162,8 +163,10 @@ TRANSPORT = group(
     *_SLOW_CLIENT, *_SECURITY, *_TLS,
     *ignored("TransportFilter", note="messages are not rewritten"),
     *ignored("FileName", "FileMask", note="Unix-domain sockets are not supported"),
-    *ignored("PerMessageDeflate", "HTTPHeader", "WWWAuthenticate", "TrustedAdmin",
-             note="websocket transports are not supported yet"),
+    *ignored("PerMessageDeflate", note="websocket messages are sent uncompressed (permessage-deflate is not "
+             "negotiated)"),
+    *ignored("HTTPHeader", "WWWAuthenticate", "TrustedAdmin",
+             note="websocket handshakes carry no extra headers and every client is accepted"),
     repeatable=True,
 )
 

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-from broker.errors import LocalProtocolError, RemoteProtocolError
+from broker.errors import LocalProtocolError, NotAmpsError, RemoteProtocolError
 from broker.protocol._frames import Frame
 from broker.protocol._header import Buffer, Header, decode_header
 
@@ -22,6 +22,11 @@ __all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "Conne
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 
 _LEN_UNPACK = struct.Struct(">I").unpack_from
+
+#: How an HTTP request starts (a browser or the JavaScript client pointed at an AMPS TCP port). As a frame
+#: length each is over 1 GB, so no AMPS client's first frame starts so.
+_HTTP_STARTS: Final = frozenset(
+    _LEN_UNPACK(m)[0] for m in (b"GET ", b"POST", b"HEAD", b"PUT ", b"OPTI", b"DELE", b"PATC", b"CONN"))
 
 
 class Sentinel(enum.Enum):
@@ -170,6 +175,13 @@ class Connection:
                 return CLOSED
             return NEED_DATA
         (size,) = _LEN_UNPACK(buf, pos)
+        if size in _HTTP_STARTS and not self._frames_received:
+            line = bytes(buf[pos : pos + 80]).split(b"\r", 1)[0].split(b"\n", 1)[0]
+            self._error = NotAmpsError(
+                f"peer sent an HTTP request ({line.decode('latin-1')!r}), not an AMPS frame: this port speaks "
+                "AMPS over TCP, not HTTP/WebSocket"
+            )
+            raise self._error
         if size > self._max:
             self._fail(
                 f"peer sent a frame of {size} bytes, above the limit of {self._max} bytes "

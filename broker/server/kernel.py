@@ -353,6 +353,15 @@ class Broker:
                 await self.shutdown_actions()
                 await self.aclose()
 
+    def websocket_hint(self) -> str:
+        """Where a client speaking WebSocket should connect: the websocket transports' ports, or that there
+        is none (the log line for an HTTP request on an AMPS TCP port)."""
+        ports = [f"{t.name} on port {t.port}" for t in self.config.transports if t.protocol == "websocket"]
+        if not ports:
+            return "no websocket transport is configured (add <Protocol>websocket</Protocol> to a Transport)"
+        return ("AMPS over WebSocket is served by " + ", ".join(ports)
+                + " (ws://host:port/amps/json)")
+
     def request_stop(self, reason: str) -> None:
         """Ask for a clean shutdown (``amps-action-do-shutdown``): whoever runs the broker (the CLI) stops it
         as it would on SIGTERM."""

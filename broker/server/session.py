@@ -17,7 +17,7 @@ import trio
 
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
 from broker.engine.sow_subscribe import start_sow
-from broker.errors import BrokerError, CommandError, ProtocolError, StorageError
+from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import (
     CLOSED,
@@ -297,6 +297,11 @@ class Session:
                         self._publish_now(header, frame.body, command)  # the hot path, without awaiting
                     else:
                         await self._dispatch(header, bytes(frame.body))
+            except NotAmpsError as exc:
+                self.broker.counters["protocol_errors"] += 1
+                self.closed_reason = "not an AMPS client"
+                log.warning("%s (%s) closed: %s; %s", self.id, self.remote, exc, self.broker.websocket_hint())
+                return
             except ProtocolError as exc:
                 self.broker.counters["protocol_errors"] += 1
                 self.closed_reason = f"protocol error: {exc}"

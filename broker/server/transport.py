@@ -1,4 +1,5 @@
-"""TCP transports: listen on a Transport's InetAddr and run a session per connection."""
+"""TCP transports: listen on a Transport's InetAddr and run a session per connection (AMPS over TCP, or
+over WebSocket for ``<Protocol>websocket</Protocol>``: :mod:`broker.server.websocket`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ async def serve_transport(
         ConfigError: the address cannot be bound (in use, not permitted), naming the transport.
     """
     from broker.server.session import Session
+    from broker.server.websocket import accept_websocket
 
     host = None if transport.host in ("", "0.0.0.0", "*") else transport.host
     try:
@@ -46,8 +48,17 @@ async def serve_transport(
             remote = f"{peer[0]}:{peer[1]}"
         except OSError:
             remote = "?"
+        session_stream: trio.abc.Stream = stream
+        if transport.protocol == "websocket":
+            ws = await accept_websocket(stream, broker, transport, remote)
+            if ws is None:
+                return
+            session_stream = ws
         try:
-            await Session(stream, broker, transport, remote).run()
+            session = Session(session_stream, broker, transport, remote)
+            if session_stream is not stream and ws.ws.message_type and transport.message_type is None:
+                session.message_type = broker.message_type(ws.ws.message_type)  # the URI's /amps/json
+            await session.run()
         except Exception:  # a bug in one session must not take down the listener or other clients
             broker.counters["protocol_errors"] += 1
             log.exception("session from %s failed", remote)

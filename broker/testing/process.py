@@ -54,15 +54,21 @@ def config_xml(
     modules: str = "",
     extra: str = "",
     transport_extra: str = "",
+    websocket_port: int | None = None,
+    websocket_extra: str = "",
 ) -> str:
-    """A config with one amps TCP transport on ``port`` and the given sections (XML fragments)."""
+    """A config with one amps TCP transport on ``port`` (and a websocket transport on ``websocket_port``)
+    and the given sections (XML fragments)."""
     admin = f"<Admin><InetAddr>127.0.0.1:{admin_port}</InetAddr><Interval>1s</Interval></Admin>" if admin_port else ""
+    websocket = (f"<Transport><Name>amps-ws</Name><Type>tcp</Type><InetAddr>127.0.0.1:{websocket_port}</InetAddr>"
+                 f"<Protocol>websocket</Protocol>{websocket_extra}</Transport>") if websocket_port else ""
     return f"""<AMPSConfig>
   <Name>{name}</Name>
   {admin}
   <Transports>
     <Transport><Name>amps-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr>
       <Protocol>amps</Protocol>{transport_extra}</Transport>
+    {websocket}
   </Transports>
   {f"<Modules>{modules}</Modules>" if modules else ""}
   {f"<SOW>{sow}</SOW>" if sow else ""}
@@ -82,27 +88,37 @@ class BrokerProcess:
         cwd: The working directory (relative paths in the config resolve from it).
     """
 
-    def __init__(self, config_path: Path, port: int, admin_port: int | None = None, cwd: Path | None = None) -> None:
+    def __init__(self, config_path: Path, port: int, admin_port: int | None = None, cwd: Path | None = None,
+                 websocket_port: int | None = None) -> None:
         self.config_path = Path(config_path)
         self.port = port
         self.admin_port = admin_port
+        self.websocket_port = websocket_port
         self.cwd = cwd or self.config_path.parent
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.cwd / f"broker-{port}.log"
 
     @classmethod
-    def from_xml(cls, directory: Path, *, admin: bool = False, **sections: str) -> BrokerProcess:
-        """Write a config (see :func:`config_xml`) into ``directory`` and prepare to serve it."""
+    def from_xml(cls, directory: Path, *, admin: bool = False, websocket: bool = False, **sections: str
+                 ) -> BrokerProcess:
+        """Write a config (see :func:`config_xml`) into ``directory`` and prepare to serve it (with a
+        websocket transport too when ``websocket``)."""
         port = free_port()
         admin_port = free_port() if admin else None
+        websocket_port = free_port() if websocket else None
         path = Path(directory) / f"broker-{port}.xml"
-        path.write_text(config_xml(port=port, admin_port=admin_port, **sections))
-        return cls(path, port, admin_port, cwd=Path(directory))
+        path.write_text(config_xml(port=port, admin_port=admin_port, websocket_port=websocket_port, **sections))
+        return cls(path, port, admin_port, cwd=Path(directory), websocket_port=websocket_port)
 
     @property
     def uri(self) -> str:
         """The AMPS URI of the JSON transport."""
         return f"tcp://127.0.0.1:{self.port}/amps/json"
+
+    @property
+    def ws_uri(self) -> str:
+        """The URI of the websocket transport (the JavaScript client's)."""
+        return f"ws://127.0.0.1:{self.websocket_port}/amps/json"
 
     def start(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> BrokerProcess:
         """Start and wait until the transport (and Admin) accept connections.
@@ -123,6 +139,8 @@ class BrokerProcess:
             wait_for_port(self.port, timeout, self.proc)
             if self.admin_port:
                 wait_for_port(self.admin_port, timeout, self.proc)
+            if self.websocket_port:
+                wait_for_port(self.websocket_port, timeout, self.proc)
         except RuntimeError as exc:
             self.kill()
             raise RuntimeError(f"{exc}\n--- broker log ---\n{self.log()}") from None

@@ -80,7 +80,8 @@ def test_plugins_lists_builtins_and_their_source() -> None:
     assert "entry point of broker" in out.stdout
 
 
-@pytest.mark.skipif(not (port_free(9007) and port_free(8085)), reason="9007 or 8085 is in use on this machine")
+@pytest.mark.skipif(not (port_free(9007) and port_free(9008) and port_free(8085)),
+                    reason="9007, 9008 or 8085 is in use on this machine")
 def test_serve_quickstart_accepts_connections_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     shutil.copy(ROOT / "configs" / "quickstart.xml", tmp_path / "quickstart.xml")
     proc = subprocess.Popen([sys.executable, "-m", "broker", "serve", "quickstart.xml"], cwd=tmp_path,

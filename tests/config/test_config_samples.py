@@ -23,8 +23,8 @@ SHARED_CONFIGS = REPO / ".." / "shared" / "docs" / "amps-configs"
 def test_quickstart_loads() -> None:
     config = load_config(REPO / "configs" / "quickstart.xml", env={})
     assert config.warnings == ()
-    (transport,) = config.transports
-    assert (transport.port, transport.protocol, transport.message_type) == (9007, "amps", None)
+    assert [(t.port, t.protocol, t.message_type) for t in config.transports] == [
+        (9007, "amps", None), (9008, "websocket", None)]
     assert config.admin is not None and config.admin.port == 8085
     (orders,) = config.sow_topics
     assert (orders.name, orders.message_type, orders.keys) == ("orders", "json", ("/id",))
@@ -37,7 +37,7 @@ def test_quickstart_loads() -> None:
 def test_full_loads_and_uses_every_supported_section() -> None:
     config = load_config(REPO / "configs" / "full.xml", env={})
     assert config.warnings == ()
-    assert [t.name for t in config.transports] == ["json-tcp", "local-any"]
+    assert [t.name for t in config.transports] == ["json-tcp", "local-any", "js-ws"]
     topics = {t.name: t for t in config.sow_topics}
     assert topics["positions"].history is not None and topics["orders"].expiration == 7 * 86400
     assert topics["order-amendments"].key_generator.module == "chaining"
@@ -78,8 +78,16 @@ def test_published_amps_configs_load_with_warnings_only(name: str) -> None:
     assert config.warnings, "the unsupported parts are named"
     assert all(w.severity == "warning" for w in config.warnings)
     warned = " ".join(w.message for w in config.warnings)
-    assert "<Logging>" in warned and "websocket" in warned
+    assert "<Logging>" in warned
     assert len({(w.path, w.message) for w in config.warnings}) == len(config.warnings)  # one each
+
+
+def test_the_prometheus_integration_config_serves_its_websocket_transport() -> None:
+    path = SHARED_CONFIGS / "integration-prometheus.xml"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    config = load_config(path, env={})
+    assert [(t.name, t.port, t.protocol) for t in config.transports] == [("any-ws", 9008, "websocket")]
 
 
 def test_positions_view_server_values() -> None:

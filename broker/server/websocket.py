@@ -1,0 +1,171 @@
+"""The WebSocket transport's I/O: a trio stream that speaks WebSocket outside and AMPS TCP frames inside.
+
+:class:`WebSocketStream` wraps an accepted socket stream (or a TLS stream, for ``wss``) and
+:class:`~broker.protocol.websocket.WebSocketAmps` (sans-IO). A :class:`~broker.server.session.Session` reads
+and writes it exactly as it does a TCP client's socket, so logon, the engine, acks, flow control,
+slow-client limits and statistics are the TCP transport's. Bytes the connection holds for a message or
+command still being received count against the broker-wide ``<TotalMessageMemoryLimit>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.errors import RemoteProtocolError
+from broker.protocol.websocket import WebSocketAmps
+from broker.server.sockio import read_some, socket_fd, write_all
+
+if TYPE_CHECKING:
+    from broker.server.kernel import Broker
+
+log = logging.getLogger("broker.transport")
+
+#: Seconds a connection may take to send its WebSocket handshake (the Transport's LogonTimeout when longer).
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class WebSocketStream(trio.abc.Stream):
+    """AMPS frames over one WebSocket connection.
+
+    Args:
+        stream: The accepted connection.
+        broker: The broker (its memory budget and protocol-error counter).
+        max_message_size: The Transport's ``<MaxMessageSize>``.
+        remote: The peer address, for logs.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, broker: Broker, max_message_size: int, remote: str) -> None:
+        self.stream = stream
+        self.broker = broker
+        self.remote = remote
+        self.ws = WebSocketAmps(max_message_size)
+        self._fd = socket_fd(stream)
+        self._send_lock = trio.Lock()
+        self._inbox = b""
+        self._reserved = 0
+        self._eof = False
+
+    async def handshake(self, timeout: float) -> bool:
+        """Read and answer the HTTP upgrade request; ``False`` when the connection is to be closed."""
+        with trio.move_on_after(timeout):
+            while not self.ws.open:
+                if not await self._read_more():
+                    return False
+            if self.ws.message_type:
+                try:
+                    self.broker.message_type(self.ws.message_type)
+                except Exception as exc:  # noqa: BLE001 - any refusal is reported the same way
+                    try:
+                        self.ws.refuse(400, f"message type {self.ws.message_type!r}: {exc}")
+                    except RemoteProtocolError as refused:
+                        self._refused(refused)
+                    await self._flush()
+                    return False
+            return True
+        log.info("websocket client %s sent no handshake within %gs: closing", self.remote, timeout)
+        return False
+
+    # -- trio.abc.Stream -------------------------------------------------------------------------------------
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while not self._inbox:
+            if self._eof or not await self._read_more():
+                return b""
+        n = max_bytes or len(self._inbox)
+        data, self._inbox = self._inbox[:n], self._inbox[n:]
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._write(self.ws.encode(bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        self._release()
+        try:
+            closing = self.ws.close(1000)
+            if closing:
+                with trio.move_on_after(1):
+                    await self._write(closing)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await self.stream.aclose()
+
+    # -- internals ------------------------------------------------------------------------------------------
+    async def _read_more(self) -> bool:
+        """Read once and process it; ``False`` once the connection is over (closed, or broke the rules)."""
+        try:
+            data = await (read_some(self._fd, 65536) if self._fd is not None else self.stream.receive_some(65536))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            data = b""
+        try:
+            self.ws.receive_data(data)
+        except RemoteProtocolError as exc:
+            self._refused(exc)
+            await self._flush()
+            self._eof = True
+            return False
+        await self._flush()
+        self._inbox += self.ws.amps_data()
+        if not self._reserve():
+            self._eof = True
+            return False
+        if not data or self.ws.closed:
+            self._eof = True
+            return bool(self._inbox)
+        return True
+
+    def _refused(self, exc: RemoteProtocolError) -> None:
+        self.broker.counters["protocol_errors"] += 1
+        log.warning("websocket client %s broke the protocol, closing: %s", self.remote, exc)
+
+    def _reserve(self) -> bool:
+        """Count a partly received message against the broker-wide budget; ``False``: it does not fit."""
+        need = self.ws.buffered
+        budget = self.broker.memory
+        if need > self._reserved and not budget.fits(need - self._reserved):
+            budget.refused_frames += 1
+            log.warning("websocket client %s closed: a message of %d bytes so far does not fit the broker-wide "
+                        "TotalMessageMemoryLimit of %d bytes", self.remote, need, budget.limit)
+            self._release()
+            return False
+        budget.input += need - self._reserved
+        self._reserved = need
+        return True
+
+    def _release(self) -> None:
+        self.broker.memory.input -= self._reserved
+        self._reserved = 0
+
+    async def _flush(self) -> None:
+        out = self.ws.data_to_send()
+        if out:
+            try:
+                await self._write(out)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._eof = True
+
+    async def _write(self, data: bytes) -> None:
+        if not data:
+            return
+        async with self._send_lock:
+            if self._fd is not None:
+                await write_all(self._fd, data)
+            else:
+                await self.stream.send_all(data)
+
+
+async def accept_websocket(stream: trio.abc.Stream, broker: Broker, transport: Any, remote: str
+                           ) -> WebSocketStream | None:
+    """Run the handshake of a client of a websocket ``transport``; ``None``: it failed and was closed."""
+    ws = WebSocketStream(stream, broker, transport.max_message_size, remote)
+    if await ws.handshake(max(HANDSHAKE_TIMEOUT, transport.logon_timeout)):
+        return ws
+    with trio.move_on_after(1) as cs:
+        cs.shield = True
+        await trio.aclose_forcefully(ws)
+    return None
