@@ -269,6 +269,9 @@ class Engine:
                     slot.append(sub.sub_id)
             elif (sub.oof and previous is not None and flt is not None and sub.saw(previous)
                   and _passed_before(flt, before, previous, sow)):
+                if sub.replay_buffer is not None:  # after the replay, in order with the live messages
+                    sub.replay_buffer.append((topic, body, bm, key, x, "match"))
+                    continue
                 _other_slot(others, sub.client)[1].append(sub.sub_id)
         for slot in pubs.values():
             slot[0].send_publish(topic, slot[1] if len(slot) == 2 else ",".join(slot[1:]), body, bm, key, x)
@@ -303,6 +306,10 @@ class Engine:
             targets: dict[int, list[Any]] = {}
             for sub in subs:
                 if _passes(sub.filter, msg) and sub.saw(rec):
+                    if sub.replay_buffer is not None:  # after the replay, in order with the live messages
+                        sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
+                                                  rec.correlation_id or None, reason))
+                        continue
                     targets.setdefault(id(sub.client), [sub.client, []])[1].append(sub.sub_id)
             for client, sids in targets.values():
                 client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,

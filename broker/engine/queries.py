@@ -15,11 +15,13 @@ from itertools import islice
 from typing import Any
 
 from broker.engine.acks import requested_acks
+from broker.engine.aggregate import AggregatePlan, aggregation_of
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic, check_batch_size
+from broker.txlog.bookmarks import parse_timestamp
 
 
 @dataclass
@@ -60,6 +62,7 @@ class QueryPlan:
     top_n: int | None = None
     skip_n: int = 0
     now_ns: int = 0
+    as_of_ns: int | None = None
     count_all: bool = False
     matched: int = field(default=0, init=False)
     returned: int = field(default=0, init=False)
@@ -151,6 +154,7 @@ def plan_query(
         raise CommandError("invalid options", "skip_n must not be negative")
     if skip_n and top_n is None:
         raise CommandError("invalid options", "skip_n requires top_n: add top_n=N to the options")
+    aggregation = aggregation_of(header, pairs)
     order_text = header.get("order_by")
     order_by = compile_order_by(order_text) if order_text else None
     predicate = compile_filter(header.get("filter"))
@@ -158,16 +162,61 @@ def plan_query(
     sow_keys = header.get("sow_keys")
     if sow_keys:
         keys = [k.strip() for k in str(sow_keys).split(",") if k.strip()]
+    now = time.time_ns() if now_ns is None else now_ns
+    as_of = historical_time(header)
+    if as_of is not None and header.get("command") == "sow":
+        for t in topics:
+            if t.history is None:
+                raise CommandError(
+                    "invalid topic", f"topic {t.name!r} keeps no history, so it cannot answer a historical "
+                    "query (a sow with a timestamp bookmark): add <History><Window>...</Window></History> to "
+                    "its <SOW><Topic>, or query without a bookmark")
     parts = []
-    for t in topics:
-        lookup = t.lookup_keys(predicate) if keys is None and predicate is not None else None
-        parts.append(QueryPart(t, t.storage.snapshot(), lookup))
+    try:
+        for t in topics:
+            lookup = t.lookup_keys(predicate) if keys is None and predicate is not None else None
+            if as_of is not None and t.history is not None:
+                snap = t.history.snapshot(as_of, now)
+            else:
+                snap = t.storage.snapshot()
+            parts.append(QueryPart(t, snap, lookup))
+    except BaseException:
+        for part in parts:
+            part.snapshot.close()
+        raise
+    if aggregation is not None:  # order and limits apply to the aggregated records
+        inner = QueryPlan(parts=parts, predicate=predicate, keys=keys,
+                          now_ns=now if as_of is None else min(now, as_of), as_of_ns=as_of)
+        return AggregatePlan(inner, aggregation, order_by, top_n, skip_n or 0), batch_size  # type: ignore[return-value]
     plan = QueryPlan(
         parts=parts, predicate=predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n or 0,
-        now_ns=time.time_ns() if now_ns is None else now_ns,
+        # Historical: records that had expired by the query's time are not part of its answer.
+        now_ns=now if as_of is None else min(now, as_of),
+        as_of_ns=as_of,
         count_all="stats" in requested_acks(header),
     )
     return plan, batch_size
+
+
+def historical_time(header: Mapping[str, Any]) -> int | None:
+    """The point in time (ns) of a historical query: the timestamp in its ``bookmark`` header.
+
+    Returns ``None`` without a bookmark, and for a sow_and_subscribe whose bookmark is not a timestamp (a
+    bookmark subscription's ``P|S|``, EPOCH, NOW: not a point in time the SOW can answer).
+
+    Raises:
+        CommandError: a ``sow`` whose bookmark is not a timestamp ``YYYYmmddTHHMMSS[.ffffff][Z]``.
+    """
+    text = str(header.get("bookmark") or "").strip()
+    if not text:
+        return None
+    if len(text) >= 15 and text[8:9] == "T" and "," not in text:
+        return parse_timestamp(text)
+    if header.get("command") == "sow":
+        raise CommandError(
+            "invalid bookmark", f"bookmark {text!r}: a historical SOW query takes a UTC timestamp "
+            "YYYYmmddTHHMMSS[.ffffff][Z] (the SOW as of that time)")
+    return None
 
 
 def parse_int_option(options: dict[str, str], name: str) -> int | None:

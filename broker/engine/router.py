@@ -56,8 +56,9 @@ class Subscription:
     created_ns: int = field(default_factory=time.time_ns)
     window: Window | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over.
-    replay_buffer: list[tuple[str, bytes, str | None, str | None, str | None]] | None = None
+    #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over, and
+    #: out-of-focus notices (topic, body, bm, key, x, reason).
+    replay_buffer: list[tuple[Any, ...]] | None = None
 
     @property
     def oof(self) -> bool:

@@ -40,6 +40,7 @@ from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
+from broker.sow.history import PRUNE_SLICE, History
 from broker.sow.keys import KeySpec
 from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
@@ -184,11 +185,24 @@ class Broker:
                 options=dict(chosen.storage.options)))
         except BrokerError as exc:
             raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic: {exc}") from None
+        history = None
+        if cfg.history is not None:
+            path = cfg.file_name + ".history" if cfg.file_name and engine_name != "memory" else None
+            try:
+                history = History(
+                    chosen.storage.factory(StorageSpec(topic=cfg.name, path=path, history=True,
+                                                       options=dict(chosen.storage.options))),
+                    window_ns=int(cfg.history.window * 1e9), granularity_ns=int(cfg.history.granularity * 1e9))
+            except BrokerError as exc:
+                storage.close()
+                raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic's history: "
+                                  f"{exc}") from None
         topic = SowTopic(
             name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",
+            history=history,
         )
         log.info("SOW topic %s: %s storage%s, %d records", cfg.name, engine_name,
                  f" at {cfg.file_name}" if cfg.file_name and engine_name != "memory" else "", storage.count())
@@ -328,6 +342,30 @@ class Broker:
                 log.error("expiring SOW records failed: %s; retrying", exc)
                 await trio.sleep(5.0)
 
+    async def _history_pruner(self) -> None:
+        """Drop versions older than each topic's Window, a bounded slice per event-loop step."""
+        topics = [t for t in self.engine.sow_topics.values() if t.history is not None]
+        if not topics:
+            return
+        every = min(max(min(t.history.window_ns for t in topics if t.history) / 4e9, 0.2), 30.0)
+        while True:
+            await trio.sleep(every)
+            for topic in topics:
+                history = topic.history
+                assert history is not None
+                pruned = 0
+                try:
+                    while True:
+                        handled = history.prune(time.time_ns())
+                        pruned += handled
+                        if handled < PRUNE_SLICE:
+                            break
+                        await trio.sleep(0)  # let publishes and queries run between slices
+                except BrokerError as exc:
+                    log.error("SOW topic %s: pruning history failed (%s); retrying", topic.name, exc)
+                if pruned:
+                    log.debug("SOW topic %s: pruned %d versions older than the Window", topic.name, pruned)
+
     async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled: side tasks, then the listeners. Reports the bound addresses."""
         from broker.server.transport import serve_transport
@@ -339,6 +377,7 @@ class Broker:
                 if self.journal is not None:
                     nursery.start_soon(self._journal_syncer)
                 nursery.start_soon(self._expiration_sweeper)
+                nursery.start_soon(self._history_pruner)
                 if self.config.admin is not None:
                     await self._start_admin(nursery)
                 for transport in self.config.transports:
@@ -412,6 +451,9 @@ class Broker:
             try:
                 topic.storage.make_durable()
                 topic.storage.close()
+                if topic.history is not None:
+                    topic.history.storage.make_durable()
+                    topic.history.close()
             except BrokerError as exc:
                 log.error("SOW topic %s: closing its storage failed: %s", topic.name, exc)
                 clean_state = None

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.engine.queries import parse_options
+from broker.engine.queries import historical_time, parse_options
 from broker.engine.router import Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError, JournalError
+from broker.sow.record import SowRecord
 from broker.txlog import Command, Record, ReplayStart, parse_bookmark
 from broker.txlog.errors import JournalDamageError
 
@@ -141,8 +142,12 @@ def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None
 
 
 async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
-                      replay: Replay, start: ReplayStart, cut: int, rate: Rate | None) -> None:
+                      replay: Replay, start: ReplayStart, cut: int, rate: Rate | None,
+                      historical: HistoricalReplay | None = None) -> None:
     """Replay up to ``cut`` then cut over to live; a journal problem ends this subscription, never the client.
+
+    ``historical``: the replay continues a historical SOW query (sow_and_subscribe with a timestamp), which
+    decides record by record what the subscriber gets (publishes after the query's time, out-of-focus notices).
 
     What is already durable is replayed at once: records appended after the last fsync (more of them
     while the journal's disk is full) are waited for only when the replay reaches them.
@@ -169,14 +174,17 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         break
                     for rec in chunk:
                         read_to = rec.sequence
-                        if rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
+                        oof: tuple[str, bytes] | None = None
+                        if historical is not None:
+                            step = historical.decide(rec)
+                            if step is None:
+                                continue
+                            oof = step if step[0] else None
+                        elif rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
                             continue
-                        if sub.filter is not None:
-                            mt = parsers.get(rec.message_type)
-                            if mt is None:
-                                mt = parsers[rec.message_type] = broker.message_type(rec.message_type)
+                        elif sub.filter is not None:
                             try:
-                                if not sub.filter(mt.parse(rec.data)):
+                                if not sub.filter(_parser(broker, parsers, rec.message_type).parse(rec.data)):
                                     continue
                             except BrokerError:
                                 continue
@@ -187,6 +195,11 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         if broker.engine.router.get(session, sub.sub_id) is not sub:
                             return  # unsubscribed (or replaced) during the replay
                         last_bm = journal.bookmark(rec.sequence)
+                        if oof is not None:
+                            session.send_publish(rec.topic, sub.sub_id, oof[1], last_bm, rec.sow_key.decode() or None,
+                                                 None, command="oof", reason=oof[0])
+                            broker.engine.counters.oof[oof[0]] = broker.engine.counters.oof.get(oof[0], 0) + 1
+                            continue
                         session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
                                              rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
                         sent += 1
@@ -207,7 +220,10 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 position = ReplayStart.after(read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.
         held, sub.replay_buffer = sub.replay_buffer or [], None
-        for topic, body, bm, key, x in held:
+        for topic, body, bm, key, x, *reason in held:
+            if reason:  # an out-of-focus notice held with the live messages (a historical sow_and_subscribe)
+                session.send_publish(topic, sub.sub_id, body, bm, key, x, command="oof", reason=reason[0])
+                continue
             session.send_publish(topic, sub.sub_id, body, bm, key, x)
             last_bm = bm or last_bm
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
@@ -221,6 +237,86 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         sub.replay_buffer = None
         broker.replays.pop((id(session), sub.sub_id), None)
         broker.replays_active -= 1
+        if historical is not None:
+            historical.close()
+
+
+def _parser(broker: Broker, parsers: dict[str, Any], message_type: str) -> Any:
+    mt = parsers.get(message_type)
+    if mt is None:
+        mt = parsers[message_type] = broker.message_type(message_type)
+    return mt
+
+
+class HistoricalReplay:
+    """What a historical sow_and_subscribe replays after its snapshot: the journal records of its topics logged
+    after each topic's snapshot time, and, for a subscription with ``oof``, an out-of-focus notice for a record
+    that was in its scope (as of the snapshot, or made so by the replay) and leaves it (an update that no longer
+    matches, a delete, an expiration).
+
+    Args:
+        sub: The subscription.
+        bounds: Topic -> the snapshot's time ``E`` (ns): records logged at or before it are in the snapshot.
+        snapshots: Topic -> a historical snapshot as of ``E``, read for a key's state before the replay
+            touched it (closed by :meth:`close`).
+        message_types: Topic -> its message type.
+    """
+
+    def __init__(self, sub: Subscription, bounds: dict[str, int], snapshots: dict[str, Any],
+                 message_types: dict[str, Any]) -> None:
+        self.sub = sub
+        self.bounds = bounds
+        self.snapshots = snapshots
+        self.message_types = message_types
+        #: (topic, key) -> the data of its in-scope state, or None when out of scope.
+        self.focus: dict[tuple[str, str], bytes | None] = {}
+
+    def _matches(self, topic: str, data: bytes) -> bool:
+        flt = self.sub.filter
+        if flt is None:
+            return True
+        try:
+            return bool(flt(self.message_types[topic].parse(data)))
+        except BrokerError:
+            return False
+
+    def _in_focus(self, topic: str, key: str) -> bytes | None:
+        slot = (topic, key)
+        if slot in self.focus:
+            return self.focus[slot]
+        value = self.snapshots[topic].get(key.encode())
+        data = None
+        if value is not None:
+            data = SowRecord.split(value)[1]
+            if not self._matches(topic, data):
+                data = None
+        return data
+
+    def decide(self, rec: Record) -> tuple[str, bytes] | None:
+        """For one journal record: ``None`` (nothing to send), ``("", b"")`` (send it as a publish), or
+        ``(oof reason, last data)`` (send an out-of-focus notice)."""
+        bound = self.bounds.get(rec.topic)
+        if bound is None or rec.timestamp_ns <= bound:
+            return None
+        key = rec.sow_key.decode()
+        slot = (rec.topic, key)
+        if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
+            if self._matches(rec.topic, rec.data):
+                self.focus[slot] = rec.data
+                return ("", b"")
+            was = self._in_focus(rec.topic, key)
+            self.focus[slot] = None
+            return ("match", was) if was is not None and self.sub.oof else None
+        was = self._in_focus(rec.topic, key)
+        self.focus[slot] = None
+        if was is None or not self.sub.oof:
+            return None
+        return ("expired" if rec.command == Command.EXPIRE else "deleted", was)
+
+    def close(self) -> None:
+        """Release the snapshots."""
+        for snap in self.snapshots.values():
+            snap.close()
 
 
 def _take(records: Iterator[Record]) -> tuple[list[Record], JournalError | None]:
@@ -270,3 +366,64 @@ def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks
         session.send_publish(header.get("topic") or "", sub.sub_id, b"", last_bm, None, None,
                              command="oof", reason=text)
         session.ack(header, acks, "completed", sub_id=sub.sub_id, reason=REPLAY_FAILED)
+
+
+def historical_topics(broker: Broker, header: Mapping[str, Any]) -> list[Any] | None:
+    """The SOW topics a sow_and_subscribe starts from a point in time, or ``None`` for a plain one.
+
+    Seed 000: a sow_and_subscribe with a timestamp bookmark on a topic with ``<History>`` returns the SOW as of
+    that time, then replays the transaction log from there, then goes live. Without History on any topic it
+    matches, it is a plain sow_and_subscribe (the bookmark is ignored).
+
+    Raises:
+        CommandError: a topic with History that the transaction log does not record; a paginated subscription.
+    """
+    as_of = historical_time(header)
+    if as_of is None:
+        return None
+    pattern = TopicPattern.compile(header.get("topic") or "")
+    topics = [t for name, t in broker.engine.sow_topics.items() if t.history is not None and pattern.matches(name)]
+    if not topics:
+        return None
+    unlogged = [t.name for t in topics if broker.journal is None or not broker.is_logged(t.name)]
+    if unlogged:
+        raise CommandError(
+            "invalid topic", f"a historical sow_and_subscribe replays the transaction log after its snapshot, but "
+            f"topic {unlogged[0]!r} is not recorded in it: add it to <TransactionLog><Topic>, or subscribe without "
+            "a timestamp bookmark")
+    _words, pairs = parse_options(header.get("options"))
+    if "skip_n" in pairs or header.get("skip_n") is not None:
+        raise CommandError(
+            "invalid options", "a paginated subscription (top_n with skip_n) from a point in time is not supported: "
+            "query the page with a historical sow, or subscribe with top_n alone")
+    return topics
+
+
+def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+                              sub: Subscription, topics: list[Any]) -> tuple[Any, Any]:
+    """In the engine step that took the query's snapshot and registered ``sub``: hold its live messages and fix
+    the cut-over sequence. Returns ``(begin, cancel)``: ``begin()`` starts the replay (after group_end);
+    ``cancel()`` releases everything when the query failed before it."""
+    journal = broker.journal
+    assert journal is not None
+    as_of = historical_time(header)
+    assert as_of is not None
+    now = time.time_ns()
+    sub.replay_buffer = []
+    cut = journal.last_sequence
+    bounds = {t.name: t.history.as_of_bound(as_of) for t in topics}
+    snapshots = {t.name: t.history.snapshot(as_of, now) for t in topics}
+    historical = HistoricalReplay(sub, bounds, snapshots, {t.name: t.message_type for t in topics})
+    replay = Replay(sub, paused=False)
+    broker.replays[(id(session), sub.sub_id)] = replay
+    start = ReplayStart.since(min(bounds.values()) + 1)
+
+    def begin() -> None:
+        session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, None, historical)
+
+    def cancel() -> None:  # the query failed before group_end: no replay
+        sub.replay_buffer = None
+        broker.replays.pop((id(session), sub.sub_id), None)
+        historical.close()
+
+    return begin, cancel

@@ -28,6 +28,7 @@ from broker.protocol import (
     encode_sow_records,
 )
 from broker.server.outbound import Outbound, SlowClient
+from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import read_some, socket_fd
 from broker.txlog.bookmarks import client_name_hash
 
@@ -481,8 +482,7 @@ class Session:
         subscribe = command in ("sow_and_subscribe", "sow_and_delta_subscribe")
         delta = command == "sow_and_delta_subscribe"
         query_id = header.get("query_id") or header.get("cmd_id") or header.get("sub_id")
-        if header.get("bookmark") and not subscribe:
-            raise CommandError("not supported", "historical SOW queries are not supported yet")
+        historical = historical_topics(self.broker, header) if subscribe else None
         has_sow = self.engine.has_sow(header.get("topic") or "")
         if not has_sow and not subscribe:
             raise CommandError("invalid topic", f"topic {header.get('topic')!r} has no SOW")
@@ -490,11 +490,17 @@ class Session:
         # only the difference; a paginated subscription, its window).
         start = start_sow(self.engine, self, header, subscribe=subscribe, delta=delta)
         plan, batch_size, sub = start.plan, start.batch_size, start.sub
+        begin_replay = cancel_replay = None
+        if historical is not None and sub is not None:  # the same engine step: hold live, fix the cut-over
+            begin_replay, cancel_replay = prepare_historical_replay(self.broker, self, header, acks, sub, historical)
         self._held = self._held if self._held is not None else []
         self._hold_depth += 1
         start.send_oofs(self, self.engine.counters.oof)  # held: after the results, before later live messages
         returned = 0
         try:
+            prepare = getattr(plan, "prepare", None)
+            if prepare is not None:  # an aggregated query: folded in a worker thread before any reply
+                await trio.to_thread.run_sync(prepare)
             extras = {"query_id": query_id}
             if sub is not None:
                 extras["sub_id"] = sub.sub_id
@@ -516,6 +522,9 @@ class Session:
             if batch:
                 self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
+            if begin_replay is not None:
+                begin_replay()
+                begin_replay = cancel_replay = None
             if not subscribe:
                 self.ack(header, acks, "completed", now=True, query_id=query_id,
                          records_returned=returned, topic_matches=plan.matched)
@@ -523,6 +532,8 @@ class Session:
                      records_returned=returned, topic_matches=plan.matched)
         finally:
             plan.close()
+            if begin_replay is not None:
+                cancel_replay()
             self._hold_depth -= 1
             if self._hold_depth == 0:
                 held, self._held = self._held, None

@@ -20,11 +20,16 @@ class StorageSpec:
         topic: The SOW topic name.
         path: Where to keep the data (``FileName`` with ``%n`` expanded), or ``None`` for in-memory.
         options: Engine-specific options.
+        history: This storage holds the topic's past versions (``<History>``), not its records: the
+            broker opens it next to the records' storage, at ``path + ".history"``, with the same engine
+            and options, and keeps the layout of :mod:`broker.sow.history` in it. Engines need not treat
+            it differently (it uses only the methods below: ordered scans with a start key must seek).
     """
 
     topic: str
     path: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    history: bool = False
 
 
 class Snapshot(abc.ABC):

@@ -7,11 +7,13 @@ atomically with respect to publishes.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import CommandError
+from broker.sow.history import History
 from broker.sow.keys import KeyGenerator, validate_user_key
 from broker.sow.lookups import lookup_keys
 from broker.sow.record import SowRecord
@@ -55,6 +57,7 @@ class SowTopic:
         key_lookups: The key generator's key is a pure function of the ``<Key>`` values (the built-in
             ``default``), so queries whose filter pins every key field fetch keys instead of scanning
             (:mod:`broker.sow.lookups`). Leave it off for stateful generators such as ``chaining``.
+        history: Past versions for historical queries (``<History>``), or ``None``.
     """
 
     name: str
@@ -64,6 +67,7 @@ class SowTopic:
     key_fields: tuple[str, ...] = ()
     default_expiration: float | None = None
     key_lookups: bool = False
+    history: History | None = None
     stats: SowTopicStatistics = field(default_factory=SowTopicStatistics)
     _expiry_heap: list[tuple[int, str]] = field(default_factory=list)
 
@@ -112,7 +116,10 @@ class SowTopic:
 
     def upsert(self, record: SowRecord, previous: SowRecord | None) -> UpsertResult:
         """Store ``record`` (replacing ``previous``, which the caller read with :meth:`get`)."""
-        self.storage.write(puts=((record.key.encode(), record.encode()),))
+        value = record.encode()
+        self.storage.write(puts=((record.key.encode(), value),))
+        if self.history is not None:
+            self.history.record(record.key, record.timestamp_ns, value)
         if previous is None:
             self.stats.inserts += 1
         else:
@@ -131,7 +138,16 @@ class SowTopic:
         if removed:
             self.storage.write(deletes=[r.key.encode() for r in removed])
             self.stats.deletes += len(removed)
+            self._record_gone(removed)
         return removed
+
+    def _record_gone(self, removed: Iterable[SowRecord], *, expired: bool = False) -> None:
+        """Record deletes (now) or expirations (at each record's expiry time) in the history."""
+        if self.history is None:
+            return
+        now = time.time_ns()
+        for rec in removed:
+            self.history.record(rec.key, (rec.expire_at_ns or now) if expired else now, None)
 
     def delete_matching(self, predicate: Callable[[Any], bool] | None) -> tuple[int, list[SowRecord]]:
         """Delete every record whose message satisfies ``predicate`` (all when ``None``).
@@ -149,6 +165,7 @@ class SowTopic:
         if removed:
             self.storage.write(deletes=[r.key.encode() for r in removed])
             self.stats.deletes += len(removed)
+            self._record_gone(removed)
         return examined, removed
 
     # -- expiration ----------------------------------------------------------------------------------
@@ -187,6 +204,7 @@ class SowTopic:
                     expired.append(rec)
             if expired:
                 self.storage.write(deletes=[r.key.encode() for r in expired])
+                self._record_gone(expired, expired=True)
         except BaseException:
             for entry in taken:  # stale ones too: they are skipped again next time
                 heapq.heappush(heap, entry)

@@ -13,6 +13,12 @@ and pytest runs every contract test against your engine::
             return MyStorage(StorageSpec(topic="t", path=str(path)))
 
 Every test gets a fresh directory; durable engines are reopened at the same path to check persistence.
+
+The ``test_versions_*`` tests run :class:`broker.sow.history.History` (a topic's past versions, kept in a second
+storage of the same engine for ``<History>``) over the engine: points in time around updates and deletes,
+Granularity, Window pruning in bounded slices that keeps the current state, a point-in-time read that costs in
+proportion to the keys it returns (not to the versions kept), and, for durable engines, versions surviving a
+reopen. They use only the :class:`Storage` methods, so an engine passes them when its ordered scans are right.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ import pytest
 
 from broker.errors import StorageError
 from broker.sow.storage import Storage
+from broker.testing.storage_versions import VersionConformance
 
 __all__ = ["StorageConformance"]
 
 
-class StorageConformance:
+class StorageConformance(VersionConformance):
     """The contract every storage engine passes. Subclass it in a ``Test*`` class.
 
     Attributes:
@@ -260,3 +267,4 @@ class StorageConformance:
             storage.write(deletes=[b"key-%08d" % i for i in range(0, n, 2)])
             assert sum(1 for _ in snap.scan()) == n
         assert storage.count() == n - (n + 1) // 2
+
