@@ -51,7 +51,9 @@ def broker_register_storage_engines(registry: Registry) -> None:
     ``registry.add(name, factory, options=OptionSet(...))``: ``factory(spec: broker.sow.storage.StorageSpec)``
     returns a :class:`broker.sow.storage.Storage`. A topic chooses one with
     ``<Storage><Module>name</Module><Options>…</Options></Storage>``; without it the broker picks ``leveldb``
-    when the topic has a ``FileName`` and ``memory`` when its ``Durability`` is ``transient``.
+    when the topic has a ``FileName`` and ``memory`` when its ``Durability`` is ``transient``. A topic with
+    ``<History>`` opens a second storage from the same factory for its past versions
+    (``StorageSpec(..., history=True)``, at ``FileName + ".history"``); see ``docs/plugins.md``, "Versions".
     """
 
 

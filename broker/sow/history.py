@@ -192,12 +192,11 @@ class HistoricalSnapshot(Snapshot):
     def _resolve(self, k: bytes, head: bytes) -> bytes | None:
         if _U64.unpack_from(head)[0] <= self.bound:
             return head[9:] if head[8:9] == _STATE else None
-        start = _version_key(k, self.bound)
-        it = self._snap.scan(start, _VERSION + k + b"\x01")
-        with contextlib.closing(it):  # type: ignore[type-var]
-            for _vkey, body in it:
-                return body[1:] if body[:1] == _STATE else None
-        return None
+        found = self._snap.first(_version_key(k, self.bound), _VERSION + k + b"\x01")
+        if found is None:
+            return None
+        body = found[1]
+        return body[1:] if body[:1] == _STATE else None
 
     def get(self, key: bytes) -> bytes | None:
         """The record value of ``key`` as of the bound, or ``None``."""

@@ -43,6 +43,20 @@ class Snapshot(abc.ABC):
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop`` in ascending key order."""
 
+    def first(self, start: bytes, stop: bytes) -> tuple[bytes, bytes] | None:
+        """The first ``(key, value)`` with ``start <= key < stop``, or ``None``.
+
+        A point-in-time query of a topic with History calls it once per key (:mod:`broker.sow.history`).
+        This default opens a :meth:`scan` per call; an engine can answer faster by seeking a cursor it
+        reuses for the snapshot's lifetime (the built-ins do)."""
+        it = self.scan(start, stop)
+        try:
+            return next(it, None)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
     def writable(self) -> bool:
         """Whether a write can be tried now. An engine whose writes failed (a full disk) answers False until
         it has recovered, trying to recover when asked (at most every few seconds); the expiration sweeper

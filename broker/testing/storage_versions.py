@@ -143,3 +143,15 @@ class VersionConformance:
                 {"a": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 1}, {"a": 2}]
         finally:
             reopened.close()
+
+    def test_snapshot_first_finds_the_first_key_in_a_range(self, storage: Storage) -> None:
+        storage.write(puts=[(b"a1", b"1"), (b"a3", b"3"), (b"b1", b"4")])
+        with contextlib.closing(storage.snapshot()) as snap:
+            storage.write(puts=[(b"a2", b"2")], deletes=[b"a3"])  # not seen by the snapshot
+            assert snap.first(b"a", b"b") == (b"a1", b"1")
+            assert snap.first(b"a2", b"b") == (b"a3", b"3")
+            assert snap.first(b"a4", b"b") is None  # b1 is past the stop
+            assert snap.first(b"a4", b"c") == (b"b1", b"4")
+            assert snap.first(b"a1", b"a1") is None
+            assert snap.first(b"c", b"d") is None
+            assert snap.first(b"a", b"b") == (b"a1", b"1")  # a cursor reused after reaching the end

@@ -146,6 +146,7 @@ class LevelDBSnapshot(Snapshot):
     def __init__(self, owner: LevelDBStorage, snapshot: Any) -> None:
         self._owner = owner
         self._snapshot: Any = snapshot
+        self._cursor: Any = None  # an unbounded iterator reused by first()
 
     def _live(self) -> Any:
         if self._snapshot is None:
@@ -164,8 +165,26 @@ class LevelDBSnapshot(Snapshot):
         """``(key, value)`` pairs with ``start <= key < stop``, ascending, as of the snapshot."""
         return self._owner._iterate(self._live(), start, stop)
 
+    def first(self, start: bytes, stop: bytes) -> tuple[bytes, bytes] | None:
+        """The first ``(key, value)`` with ``start <= key < stop``: one seek of a cursor kept for the
+        snapshot's lifetime (a new plyvel iterator per call costs several times the seek)."""
+        snapshot = self._live()
+        try:
+            if self._cursor is None:
+                self._cursor = snapshot.iterator()
+            cursor = self._cursor
+            cursor.seek(start)
+            item = next(cursor, None)
+        except (plyvel.Error, RuntimeError) as exc:
+            raise _wrap(exc, self._owner.path, "reading a snapshot") from exc
+        return item if item is not None and item[0] < stop else None
+
     def close(self) -> None:
         """Release the LevelDB snapshot. Idempotent."""
+        if self._cursor is not None:
+            cursor, self._cursor = self._cursor, None
+            with contextlib.suppress(RuntimeError):
+                cursor.close()
         if self._snapshot is not None:
             snapshot, self._snapshot = self._snapshot, None
             # RuntimeError: the database was closed first, and plyvel already released the snapshot.

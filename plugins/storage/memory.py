@@ -74,6 +74,15 @@ class MemorySnapshot(Snapshot):
         self._check()
         return _scan(self._data, self._keys, start, stop)
 
+    def first(self, start: bytes, stop: bytes) -> tuple[bytes, bytes] | None:
+        """The first ``(key, value)`` with ``start <= key < stop``: one bisection."""
+        self._check()
+        keys = self._keys
+        i = bisect.bisect_left(keys, start)
+        if i < len(keys) and keys[i] < stop:
+            return keys[i], self._data[keys[i]]
+        return None
+
     def close(self) -> None:
         """Release the snapshot (lets the storage write in place again). Idempotent."""
         if self._owner is not None:
