@@ -244,6 +244,9 @@ class Engine:
         passed: dict[int, bool] = {}
         before: dict[int | None, Any] = {}  # the same for the previous state (see _passed_before)
         for sub in candidates:
+            if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
+                sub.replay_buffer.append((topic, body, bm, key, x))
+                continue
             flt = sub.filter
             if flt is None:
                 ok = msg is not None
@@ -298,14 +301,18 @@ class Engine:
         """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
         if records and self.router.windows.covers(sow.name):
             self.router.windows.on_removed(sow, records, reason, self.counters.oof)
-        subs = [s for s in self.router.candidates(sow.name) if s.oof]
+        subs = [s for s in self.router.candidates(sow.name) if s.oof or s.capture_all]
         if not subs or not records:
             return
         for rec in records:
             msg = sow.message_type.parse(rec.data)
             targets: dict[int, list[Any]] = {}
             for sub in subs:
-                if _passes(sub.filter, msg) and sub.saw(rec):
+                if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay
+                    sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
+                                              rec.correlation_id or None, reason))
+                    continue
+                if sub.oof and _passes(sub.filter, msg) and sub.saw(rec):
                     if sub.replay_buffer is not None:  # after the replay, in order with the live messages
                         sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
                                                   rec.correlation_id or None, reason))

@@ -304,7 +304,7 @@ class Pagination:
                 continue
             old_pos, new_pos = moved
             for window in results.windows:
-                if window.sub is None or not _affects(window, old_pos, new_pos):
+                if window.sub is None or not window_affected(window, old_pos, new_pos):
                     continue
                 delivered += self._refresh(window, topic, key, previous, record, oof_counts, reason)
         return delivered
@@ -318,43 +318,7 @@ class Pagination:
 
     def _refresh(self, window: Window, topic: SowTopic, key: str, previous: SowRecord | None,
                  record: SowRecord | None, oof_counts: MutableMapping[str, int], reason: str) -> int:
-        assert window.results is not None
-        old_keys = window.keys
-        new_keys = window.results.keys(window.skip_n, window.end)
-        window.keys = new_keys
-        old_set, new_set = set(old_keys), set(new_keys)
-        sub = window.sub
-        client = sub.client
-        name = topic.name
-        sent = 0
-        # The changed record first, then records pushed out (oof), then records pulled in.
-        if key in new_set:
-            assert record is not None
-            body = record.data
-            if sub.delta and key in old_set and previous is not None:
-                body = topic.message_type.diff(previous.data, record.data, topic.key_fields)
-            client.send_publish(name, sub.sub_id, body, record.bookmark or None, key, record.correlation_id or None)
-            sent += 1
-        elif key in old_set and sub.oof:
-            gone = record if record is not None else previous
-            why = "match" if record is not None else reason
-            if gone is not None:
-                client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, key,
-                                    gone.correlation_id or None, command="oof", reason=why)
-                oof_counts[why] = oof_counts.get(why, 0) + 1
-                sent += 1
-        if sub.oof:
-            for k in old_keys:
-                if k not in new_set and k != key and (rec := topic.get(k)) is not None:
-                    client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k,
-                                        rec.correlation_id or None, command="oof", reason="match")
-                    oof_counts["match"] = oof_counts.get("match", 0) + 1
-                    sent += 1
-        for k in new_keys:
-            if k not in old_set and k != key and (rec := topic.get(k)) is not None:
-                client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
-                sent += 1
-        return sent
+        return refresh_window(window, topic, key, previous, record, oof_counts, reason, topic.get)
 
     def statistics(self) -> dict[str, int]:
         """Paginated subscriptions, shared result sets, and the entries those hold."""
@@ -365,7 +329,51 @@ class Pagination:
         }
 
 
-def _affects(window: Window, old_pos: int | None, new_pos: int | None) -> bool:
+def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecord | None, record: SowRecord | None,
+                   oof_counts: MutableMapping[str, int], reason: str, lookup: Callable[[str], SowRecord | None]) -> int:
+    """Take a window's slice again after record ``key`` moved in its result set, and deliver the difference:
+    the changed record, records pushed out (``oof``), records pulled in (their state read with ``lookup``:
+    the SOW, or a historical subscription's replayed state)."""
+    assert window.results is not None
+    old_keys = window.keys
+    new_keys = window.results.keys(window.skip_n, window.end)
+    window.keys = new_keys
+    old_set, new_set = set(old_keys), set(new_keys)
+    sub = window.sub
+    client = sub.client
+    name = topic.name
+    sent = 0
+    # The changed record first, then records pushed out (oof), then records pulled in.
+    if key in new_set:
+        assert record is not None
+        body = record.data
+        if sub.delta and key in old_set and previous is not None:
+            body = topic.message_type.diff(previous.data, record.data, topic.key_fields)
+        client.send_publish(name, sub.sub_id, body, record.bookmark or None, key, record.correlation_id or None)
+        sent += 1
+    elif key in old_set and sub.oof:
+        gone = record if record is not None else previous
+        why = "match" if record is not None else reason
+        if gone is not None:
+            client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, key,
+                                gone.correlation_id or None, command="oof", reason=why)
+            oof_counts[why] = oof_counts.get(why, 0) + 1
+            sent += 1
+    if sub.oof:
+        for k in old_keys:
+            if k not in new_set and k != key and (rec := lookup(k)) is not None:
+                client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k,
+                                    rec.correlation_id or None, command="oof", reason="match")
+                oof_counts["match"] = oof_counts.get("match", 0) + 1
+                sent += 1
+    for k in new_keys:
+        if k not in old_set and k != key and (rec := lookup(k)) is not None:
+            client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
+            sent += 1
+    return sent
+
+
+def window_affected(window: Window, old_pos: int | None, new_pos: int | None) -> bool:
     """Whether a record moving from ``old_pos`` to ``new_pos`` can change the window's contents."""
     positions = [p for p in (old_pos, new_pos) if p is not None]
     if min(positions) >= window.end:

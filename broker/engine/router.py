@@ -59,6 +59,10 @@ class Subscription:
     #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over, and
     #: out-of-focus notices (topic, body, bm, key, x, reason).
     replay_buffer: list[tuple[Any, ...]] | None = None
+    #: While a paginated subscription from a point in time replays: every change of its topics is held in
+    #: :attr:`replay_buffer` (publishes whatever the filter, deletes and expirations), so its private window
+    #: can follow the topic up to the moment it joins the live windows.
+    capture_all: bool = False
 
     @property
     def oof(self) -> bool:

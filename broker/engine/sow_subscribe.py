@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from broker.engine.pagination import ResultSet, Window
 from broker.engine.queries import QueryPlan, parse_options
 from broker.engine.router import Subscription
 from broker.errors import BrokerError, CommandError
@@ -115,6 +116,7 @@ def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscri
     plan, batch_size = engine.plan_query(header)
     windows = engine.router.windows
     window = None
+    historical_window: Window | None = None
     try:
         paginated = "skip_n" in pairs or header.get("skip_n") is not None
         if subscribe and paginated and plan.top_n is not None and plan.parts:
@@ -123,16 +125,28 @@ def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscri
                     "invalid options", f"a paginated subscription (top_n with skip_n) reads one SOW topic, but "
                     f"{header.get('topic')!r} matches {len(plan.parts)}; name one topic")
             part = plan.parts[0]
-            # Opened before the subscription is registered, so a replace keeps the shared result set.
-            window = windows.open(
-                topic=part.topic, snapshot=part.snapshot, now_ns=plan.now_ns, predicate=plan.predicate,
-                filter_text=header.get("filter") or "", order_by=plan.order_by, top_n=plan.top_n,
-                skip_n=plan.skip_n,
-            )
+            if plan.as_of_ns is not None and part.topic.history is not None:
+                # From a point in time: a private window over the historical snapshot, which the replay
+                # moves forward and then hands to the live windows (broker.server.replay.HistoricalPages).
+                private = ResultSet(part.topic, plan.predicate, plan.order_by)
+                private.load(part.snapshot, plan.now_ns)
+                historical_window = Window(sub=None, top_n=plan.top_n, skip_n=plan.skip_n, results=private)
+                historical_window.keys = private.keys(plan.skip_n, historical_window.end)
+            else:
+                # Opened before the subscription is registered, so a replace keeps the shared result set.
+                window = windows.open(
+                    topic=part.topic, snapshot=part.snapshot, now_ns=plan.now_ns, predicate=plan.predicate,
+                    filter_text=header.get("filter") or "", order_by=plan.order_by, top_n=plan.top_n,
+                    skip_n=plan.skip_n,
+                )
         sub = None
         if subscribe:
             sub = engine.subscribe(client, header, kind="sow_and_subscribe", delta=delta)
             sub.created_ns = plan.now_ns  # the query's time: what had expired by then was not sent
+            if historical_window is not None:
+                historical_window.sub = sub
+                sub.extra["historical_window"] = historical_window
+                _plan_keys(plan, historical_window.keys)
             if window is not None:
                 window.sub = sub
                 engine.router.paginate(sub, window)
@@ -153,7 +167,11 @@ def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscri
 def _plan_window(plan: QueryPlan, sub: Subscription) -> None:
     """The query of a paginated subscription returns exactly its window, in window order."""
     assert sub.window is not None
-    plan.keys = list(sub.window.keys)
+    _plan_keys(plan, sub.window.keys)
+
+
+def _plan_keys(plan: QueryPlan, keys: list[str]) -> None:
+    plan.keys = list(keys)
     plan.predicate = None  # the window's records match by construction
     plan.top_n = None
     plan.skip_n = 0

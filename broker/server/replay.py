@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.engine.pagination import refresh_window, window_affected
 from broker.engine.queries import historical_time, parse_options
 from broker.engine.router import Subscription
 from broker.engine.topics import TopicPattern
@@ -143,7 +144,7 @@ def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None
 
 async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                       replay: Replay, start: ReplayStart, cut: int, rate: Rate | None,
-                      historical: HistoricalReplay | None = None) -> None:
+                      historical: HistoricalReplay | HistoricalPages | None = None) -> None:
     """Replay up to ``cut`` then cut over to live; a journal problem ends this subscription, never the client.
 
     ``historical``: the replay continues a historical SOW query (sow_and_subscribe with a timestamp), which
@@ -172,6 +173,8 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                     chunk, problem = await trio.to_thread.run_sync(_take, records)
                     if not chunk and problem is None:
                         break
+                    if broker.engine.router.get(session, sub.sub_id) is not sub:
+                        return  # unsubscribed (or replaced) during the replay
                     for rec in chunk:
                         read_to = rec.sequence
                         oof: tuple[str, bytes] | None = None
@@ -220,6 +223,9 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 position = ReplayStart.after(read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.
         held, sub.replay_buffer = sub.replay_buffer or [], None
+        if isinstance(historical, HistoricalPages):
+            historical.finish(held)  # the same engine step: the private window joins the live ones
+            held = []
         for topic, body, bm, key, x, *reason in held:
             if reason:  # an out-of-focus notice held with the live messages (a historical sow_and_subscribe)
                 session.send_publish(topic, sub.sub_id, body, bm, key, x, command="oof", reason=reason[0])
@@ -391,11 +397,6 @@ def historical_topics(broker: Broker, header: Mapping[str, Any]) -> list[Any] | 
             "invalid topic", f"a historical sow_and_subscribe replays the transaction log after its snapshot, but "
             f"topic {unlogged[0]!r} is not recorded in it: add it to <TransactionLog><Topic>, or subscribe without "
             "a timestamp bookmark")
-    _words, pairs = parse_options(header.get("options"))
-    if "skip_n" in pairs or header.get("skip_n") is not None:
-        raise CommandError(
-            "invalid options", "a paginated subscription (top_n with skip_n) from a point in time is not supported: "
-            "query the page with a historical sow, or subscribe with top_n alone")
     return topics
 
 
@@ -413,7 +414,14 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
     cut = journal.last_sequence
     bounds = {t.name: t.history.as_of_bound(as_of) for t in topics}
     snapshots = {t.name: t.history.snapshot(as_of, now) for t in topics}
-    historical = HistoricalReplay(sub, bounds, snapshots, {t.name: t.message_type for t in topics})
+    window = sub.extra.pop("historical_window", None)
+    historical: HistoricalReplay | HistoricalPages
+    if window is not None:  # paginated: one topic (start_sow refuses more)
+        topic = topics[0]
+        historical = HistoricalPages(broker, sub, topic, window, bounds[topic.name], snapshots[topic.name])
+        sub.capture_all = True
+    else:
+        historical = HistoricalReplay(sub, bounds, snapshots, {t.name: t.message_type for t in topics})
     replay = Replay(sub, paused=False)
     broker.replays[(id(session), sub.sub_id)] = replay
     start = ReplayStart.since(min(bounds.values()) + 1)
@@ -427,3 +435,98 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
         historical.close()
 
     return begin, cancel
+
+
+class HistoricalPages:
+    """The replay of a paginated sow_and_subscribe from a point in time.
+
+    Its window (``top_n`` records after ``skip_n``, in OrderBy then SowKey order) starts over the historical
+    snapshot in a private result set. Each journal record after the snapshot's time moves it as a live change
+    moves a live window (:func:`broker.engine.pagination.refresh_window`: the changed record published, records
+    pushed out ``oof``, records pulled in published), reading states from the replayed changes over the
+    snapshot. Meanwhile the engine holds every change of the topic for the subscription
+    (:attr:`~broker.engine.router.Subscription.capture_all`); :meth:`finish` applies those, then, in the same
+    engine step, opens a live window, sends any difference, and makes the subscription an ordinary paginated
+    one.
+    """
+
+    def __init__(self, broker: Broker, sub: Subscription, topic: Any, window: Any, bound: int, snapshot: Any) -> None:
+        self.broker = broker
+        self.sub = sub
+        self.topic = topic
+        self.window = window
+        self.bound = bound
+        self.snapshot = snapshot
+        #: SowKey -> its state after the replayed changes (None: deleted).
+        self.state: dict[str, SowRecord | None] = {}
+
+    def lookup(self, key: str) -> SowRecord | None:
+        """A record's state at the replay's position."""
+        if key in self.state:
+            return self.state[key]
+        value = self.snapshot.get(key.encode())
+        return None if value is None else SowRecord.decode(key, value)
+
+    def apply(self, key: str, record: SowRecord | None, reason: str = "match") -> None:
+        """One change of the topic: move the private window and deliver what changed for it."""
+        previous = self.lookup(key)
+        self.state[key] = record
+        message = self.topic.message_type.lazy(record.data) if record is not None else None
+        moved = self.window.results.move(key, message)
+        if moved is None or not window_affected(self.window, *moved):
+            return
+        refresh_window(self.window, self.topic, key, previous, record, self.broker.engine.counters.oof, reason,
+                       self.lookup)
+
+    def decide(self, rec: Record) -> None:
+        """Apply one journal record (the window delivers itself: nothing for the caller to send)."""
+        if rec.topic != self.topic.name or rec.timestamp_ns <= self.bound:
+            return None
+        key = rec.sow_key.decode()
+        if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
+            journal = self.broker.journal
+            self.apply(key, SowRecord(key, rec.data, rec.timestamp_ns, rec.sequence, getattr(rec, "expiration_ns", 0),
+                                      journal.bookmark(rec.sequence) if journal is not None else "",
+                                      rec.correlation_id.decode()))
+        else:
+            self.apply(key, None, "expired" if rec.command == Command.EXPIRE else "deleted")
+        return None
+
+    def finish(self, held: list[tuple[Any, ...]]) -> None:
+        """Apply the changes held since the snapshot's engine step, then join the live windows (synchronous)."""
+        name = self.topic.name
+        for topic, body, bm, key, x, *reason in held:
+            if topic != name:
+                continue
+            if reason:
+                self.apply(key, None, reason[0])
+            else:
+                self.apply(key, SowRecord(key, body, 0, 0, 0, bm or "", x or ""))
+        sub = self.sub
+        sub.capture_all = False
+        engine = self.broker.engine
+        if engine.router.get(sub.client, sub.sub_id) is not sub:
+            return
+        results = self.window.results
+        with self.topic.storage.snapshot() as snap:
+            live = engine.router.windows.open(
+                topic=self.topic, snapshot=snap, now_ns=time.time_ns(), predicate=sub.filter,
+                filter_text=sub.filter_text, order_by=results.order_by, top_n=self.window.top_n,
+                skip_n=self.window.skip_n)
+        mine, theirs = set(self.window.keys), set(live.keys)
+        client = sub.client
+        if sub.oof:  # the private window followed every change, so these differ only on ties: reconcile
+            for k in self.window.keys:
+                if k not in theirs and (gone := self.lookup(k)) is not None:
+                    client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, k,
+                                        gone.correlation_id or None, command="oof", reason="match")
+        for k in live.keys:
+            if k not in mine and (rec := self.topic.get(k)) is not None:
+                client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
+        live.sub = sub
+        engine.router.paginate(sub, live)
+
+    def close(self) -> None:
+        """Release the snapshot; the subscription no longer needs every change held."""
+        self.sub.capture_all = False
+        self.snapshot.close()

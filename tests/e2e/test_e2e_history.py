@@ -288,3 +288,61 @@ def test_history_survives_restart_and_kill_9(tmp_path: Path, client_factory) -> 
         assert [sow(client, "hist", stamp(t)) for t in [*times, t4]] == answers  # after kill -9
     finally:
         proc.stop()
+
+
+def test_paginated_historical_sow_and_subscribe(client, make_collector) -> None:
+    """top_n=3, skip_n=1, OrderBy /v from a point in time: the page as of then, then the page moving through
+    the replayed changes, then live; to the subscriber only the page exists (seed 000)."""
+    topic = "hist"
+    state = {i: float(i) for i in range(200, 210)}  # id -> /v
+    for i, v in state.items():
+        client.publish(topic, json.dumps({"id": i, "v": v}))
+    t = mark(client)
+
+    def page(s: dict[int, float]) -> list[int]:
+        return [i for i, _v in sorted(s.items(), key=lambda kv: (kv[1], str(kv[0])))][1:4]
+
+    expected_events: list[tuple[str, int]] = []
+
+    def change(i: int, v: float | None) -> None:
+        before = page(state)
+        if v is None:
+            client.execute(AMPS.Command("sow_delete").set_topic(topic).set_filter(f"/id = {i}")).timeout(5000)
+            del state[i]
+        else:
+            client.publish(topic, json.dumps({"id": i, "v": v}))
+            state[i] = v
+        after = page(state)
+        if i in after:
+            expected_events.append(("publish", i))
+        elif i in before:
+            expected_events.append(("oof", i))
+        expected_events.extend(("oof", k) for k in before if k not in after and k != i)
+        expected_events.extend(("publish", k) for k in after if k not in before and k != i)
+
+    start_page = page(state)
+    change(215, 201.5)  # enters the page, pushes one out
+    change(203, None)  # deleted outside the page (pushed out just before)
+    change(205, 300.0)  # moves from outside to outside
+    change(201, 150.0)  # moves to the front: out of the page, another pulled in
+    client.publish_flush(5000)
+    got = make_collector()
+    cmd = (AMPS.Command("sow_and_subscribe").set_topic(topic).set_filter("/id >= 200 AND /id < 300")
+           .set_bookmark(stamp(t)).set_order_by("/v").set_options("oof,top_n=3,skip_n=1").set_batch_size(2))
+    client.execute_async(cmd, got)
+    got.wait_for(1, command="group_end")
+    change(216, 200.5)  # live
+    change(202, None)  # live delete inside the page
+    client.publish_flush(5000)
+    deadline = time.monotonic() + 20
+    while len([m for m in got.messages if m["command"] in ("publish", "oof")]) < len(expected_events):
+        assert time.monotonic() < deadline, (got.messages, expected_events)
+        time.sleep(0.05)
+    time.sleep(0.3)  # nothing more should come
+    assert [json.loads(m["data"])["id"] for m in got.messages if m["command"] == "sow"] == start_page
+    events = [(m["command"], json.loads(m["data"])["id"]) for m in got.messages if m["command"] in ("publish", "oof")]
+    assert events == expected_events
+    held = set(start_page)
+    for kind, i in events:
+        (held.add if kind == "publish" else held.discard)(i)
+    assert held == set(page(state))
