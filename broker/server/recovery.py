@@ -309,6 +309,10 @@ def _replay(journal: Any, durable: int, rebuild: Mapping[str, SowTopic], checks:
         return
     report.journal_scanned = True
     writers = {name: _Batcher(topic) for name, topic in rebuild.items()}
+    # A rebuilt topic with History whose history store is empty too (transient: memory) gets its versions
+    # back from the journal, at their original times; a history store that survived is left as it is.
+    histories = {name: topic.history for name, topic in rebuild.items()
+                 if topic.history is not None and next(iter(topic.history.storage.scan()), None) is None}
     for name in rebuild:
         log.info("SOW topic %s: rebuilding from the transaction log (durable up to sequence %d)", name, durable)
     applied = dict.fromkeys(rebuild, 0)
@@ -319,10 +323,14 @@ def _replay(journal: Any, durable: int, rebuild: Mapping[str, SowTopic], checks:
             topic = rec.topic
             out = writers.get(topic)
             if out is not None:
-                if rec.command in _PUBLISHES:
-                    out.put(rec.sow_key, journal_sow_record(journal, rec).encode())
+                value = journal_sow_record(journal, rec).encode() if rec.command in _PUBLISHES else None
+                if value is not None:
+                    out.put(rec.sow_key, value)
                 else:  # sow_delete, expire
                     out.delete(rec.sow_key)
+                history = histories.get(topic)
+                if history is not None:
+                    history.record(rec.sow_key.decode(), rec.timestamp_ns, value)
                 applied[topic] += 1
             else:
                 check = checks.get(topic)
