@@ -227,6 +227,18 @@ def cmd_journal(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_js_client(args: argparse.Namespace) -> int:
+    """Install the AMPS JavaScript client (npm ``amps``, pinned) for the web console's query panel."""
+    from broker.admin import jsclient
+
+    target = Path(args.dir) if args.dir else jsclient.PACKAGE_VENDOR
+    where = jsclient.install(target)
+    print(f"amps {jsclient.AMPS_JS_VERSION} installed in {where} (licence: {where / 'LICENSE'})")
+    if args.dir:
+        print(f"serve it to the console with {jsclient.ENV}={target}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to document the CLI)."""
     parser = argparse.ArgumentParser(prog="broker", description="An AMPS-protocol message broker.")
@@ -243,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list installed plugins")
     p.add_argument("config", nargs="?", help="also load the config's <Modules>")
     p.set_defaults(func=cmd_plugins)
+    p = sub.add_parser("install-js-client", help="install the AMPS JavaScript client (npm amps) that the web "
+                       "console's query panel runs, from the npm registry")
+    p.add_argument("dir", nargs="?", help="install there instead of inside the package (then set BROKER_AMPS_JS)")
+    p.set_defaults(func=cmd_install_js_client)
     p = sub.add_parser("journal", help="read, verify and repair transaction log journals")
     jsub = p.add_subparsers(dest="journal_command", required=True)
     for name in ("dump", "grep"):

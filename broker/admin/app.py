@@ -11,7 +11,9 @@ Routes:
   ``actions/archive-journals``) and returns its text; ``/amps/administrator`` lists them. An
   :class:`AdminEndpoint` (what an ``amps-action-on-admin`` action registers) also receives the query
   parameters and chooses the status (400 for a missing parameter, 409 when busy, 500 on failure).
-* ``/`` redirects to ``/amps``. Anything else is 404; a known path with a wrong method is 405.
+* ``GET /``: the web console (``/console/<file>``: its static files from ``broker/admin/static``, the AMPS
+  JavaScript client under ``/console/vendor/``, and ``/console/state.json``, see :mod:`broker.admin.console`).
+  Anything else is 404; a known path with a wrong method is 405.
 
 Everything served under ``/metrics`` and ``/amps`` is a view over the :class:`StatisticsSampler`'s latest
 sample, rendered in a worker thread once per sample and path and then served from a cache, so a request
@@ -37,8 +39,10 @@ import trio
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from broker.admin.amps_tree import AmpsTreeBuilder, select
+from broker.admin.console import ConsoleView
 from broker.admin.html_view import render_node
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
+from broker.admin.static_files import console_file
 from broker.errors import BrokerError
 from broker.stats.collector import make_registry
 from broker.stats.snapshot import BrokerSnapshot
@@ -98,6 +102,7 @@ MAX_CACHED_RENDERINGS = 64
 SAMPLE_HEADER = b"x-statistics-sample"
 
 _ADMIN_PREFIX = "/amps/administrator"
+_CONSOLE = "/console"
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -115,6 +120,7 @@ class AdminApp:
         runtime_metrics: Include process/Python runtime metrics on ``/metrics``.
         sampler: The sampler to serve from (its owner runs it); by default one over ``source``, which
             the Admin server runs.
+        console: The web console's view (which websocket transports its query panel may use).
     """
 
     def __init__(
@@ -126,7 +132,9 @@ class AdminApp:
         clock: Callable[[], float] = time.time,
         runtime_metrics: bool = True,
         sampler: StatisticsSampler | None = None,
+        console: ConsoleView | None = None,
     ) -> None:
+        self.console = console if console is not None else ConsoleView()
         self.sampler = sampler if sampler is not None else StatisticsSampler(source, interval=interval)
         self.admin_actions: dict[str, AdminAction] = admin_actions if admin_actions is not None else {}
         self._rendering: BrokerSnapshot | None = None
@@ -209,10 +217,33 @@ class AdminApp:
                 await _method_not_allowed(send, "GET, HEAD")
                 return
             await self._amps(send, method, path)
-        elif path == "/":
-            await _respond(send, 302, b"", _TEXT, [(b"location", b"/amps")])
+        elif path == "/" or path == _CONSOLE or path.startswith(_CONSOLE + "/"):
+            if method not in ("GET", "HEAD"):
+                await _method_not_allowed(send, "GET, HEAD")
+                return
+            await self._console(send, method, path)
         else:
             await _respond(send, 404, f"Not found: {path}. Try /metrics or /amps.json.\n".encode(), _TEXT)
+
+    async def _console(self, send: Send, method: str, path: str) -> None:
+        """The web console: its static files, the AMPS JavaScript client, and ``state.json``."""
+        name = "index.html" if path in ("/", _CONSOLE, _CONSOLE + "/") else path[len(_CONSOLE) + 1:]
+        if name == "state.json":
+            try:
+                sample, state = await self._render(
+                    "console", lambda snap: orjson.dumps(self.console.build(snap, self.sampler.taken_at or 0.0)))
+            except Exception as exc:
+                log.exception("building the console state failed")
+                await _respond(send, 500, f"Reading statistics failed: {exc}\n".encode(), _TEXT)
+                return
+            await _respond(send, 200, state, "application/json", [sample], head=method == "HEAD")
+            return
+        found = console_file(name)
+        if found is None:
+            await _respond(send, 404, f"Not found: {path}. The console is at /.\n".encode(), _TEXT)
+            return
+        body, content_type = found
+        await _respond(send, 200, body, content_type, head=method == "HEAD")
 
     async def _metrics(self, send: Send, method: str, headers: dict[str, str], query: bytes) -> None:
         encoder, content_type = choose_encoder(headers.get("accept", ""))

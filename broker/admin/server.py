@@ -19,6 +19,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 
 from broker.admin.app import AdminAction, AdminApp
+from broker.admin.console import ConsoleView
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import ConfigError
 
@@ -69,6 +70,7 @@ async def serve_admin(
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     clock: Callable[[], float] = time.time,
     sampler: StatisticsSampler | None = None,
+    console: ConsoleView | None = None,
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
@@ -89,11 +91,13 @@ async def serve_admin(
         clock: Returns the current epoch time.
         sampler: Serve from this sampler instead of one over ``source`` (the caller runs it; tests use it
             to "sample now").
+        console: The web console's view (see :mod:`broker.admin.console`).
 
     Raises:
         ConfigError: The address cannot be resolved or bound.
     """
-    app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock, sampler=sampler)
+    app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock, sampler=sampler,
+                   console=console)
     sock = await _bind(host, port)
     bound_port: int = sock.getsockname()[1]
 

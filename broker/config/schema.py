@@ -123,8 +123,9 @@ _TLS = ignored("Certificate", "PrivateKey", "Ciphers", "SecureSocketProtocols", 
                "CAPath", "AllowUnverifiedPeer", note="TLS is not supported yet")
 
 ADMIN = group(
-    "Admin", "The HTTP admin server: Prometheus metrics and the /amps statistics tree.",
-    leaf("InetAddr", "address", "Port or host:port of the admin HTTP server.",
+    "Admin", "The HTTP admin server: the web console, Prometheus metrics and the /amps statistics tree.",
+    leaf("InetAddr", "address", "Port or host:port of the admin HTTP server (web console at /). A bare port "
+         "listens on 127.0.0.1 only; write 0.0.0.0:8085 (or a host) to serve other machines.",
          "none: no admin server"),
     leaf("Interval", "interval", "How often statistics are sampled; at least 1s.", "10s"),
     *ignored("FileName", note="statistics are kept in memory only"),

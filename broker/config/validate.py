@@ -134,7 +134,12 @@ def _admin(reader: Reader, el: etree._Element | None, context: _Context) -> Admi
         return None
     if address is None or interval is None:
         return None
-    return AdminConfig(host=address[0], port=address[1], interval=interval, where=reader.where(el))
+    host = address[0]
+    if text_of(child(el, "InetAddr")).strip().isdigit():
+        # A bare port: loopback only. The console and the administrator actions (which change state) are
+        # reachable from other hosts only when the config names an address (0.0.0.0:8085).
+        host = "127.0.0.1"
+    return AdminConfig(host=host, port=address[1], interval=interval, where=reader.where(el))
 
 
 # -- Transports --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ the journal and closes storage.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -66,6 +67,10 @@ SHED_MIN_BYTES = 64 * 1024
 
 #: Seconds the on-shutdown actions may take before the broker stops without them.
 SHUTDOWN_ACTIONS_DEADLINE = 30.0
+#: Subscriptions listed (client, topic, filter) in a statistics snapshot (the web console's client view).
+SUBSCRIPTION_DETAILS = 1000
+#: Journal files listed by name and state in a snapshot (the newest ones).
+JOURNAL_FILES_LISTED = 200
 #: Client rows built per event-loop step when the Admin server samples statistics (about 1 ms per slice).
 STATISTICS_SLICE = 200
 
@@ -157,6 +162,8 @@ class Broker:
         self.replays_active = 0
         self.replays: dict[tuple[int, str], Any] = {}
         self.admin_port: int | None = None
+        #: The websocket transports' names and bound ports (the web console's query panel connects to one).
+        self.websocket_endpoints: list[dict[str, Any]] = []
         self.addresses: list[tuple[str, int]] = []
 
     # -- construction --------------------------------------------------------------------------------
@@ -383,6 +390,8 @@ class Broker:
                 for transport in self.config.transports:
                     addrs = await nursery.start(serve_transport, transport, self)
                     self.addresses.extend(addrs)
+                    if transport.protocol == "websocket" and addrs:
+                        self.websocket_endpoints.append({"name": transport.name, "port": addrs[0][1]})
                 if len(self.actions):
                     await nursery.start(self.actions.serve)
                 self._serving = True
@@ -427,10 +436,12 @@ class Broker:
     async def _start_admin(self, nursery: trio.Nursery) -> None:
         admin = self.config.admin
         assert admin is not None
+        from broker.admin.console import ConsoleView
         from broker.admin.server import serve_admin  # hypercorn is loaded only when <Admin> is configured
 
         self.admin_port = await nursery.start(
-            partial(serve_admin, admin_actions=self.admin_actions, interval=admin.interval),
+            partial(serve_admin, admin_actions=self.admin_actions, interval=admin.interval,
+                    console=ConsoleView(self.websocket_endpoints)),
             admin.host, admin.port, self.sample_statistics)
         log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
 
@@ -509,9 +520,14 @@ class Broker:
                 "damaged_records": getattr(js, "damaged_records", 0),
                 "damaged_bytes": getattr(js, "damaged_bytes", 0),
                 "replay_failures": self.counters.get("replay_failures", 0),
+                "file_list": [{"name": jf.path.name, "state": jf.state.value, "size": jf.size}
+                              for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]],
             }
         sessions = list(self.sessions)
         windows = self.engine.router.windows.statistics()
+        details = [{"client": getattr(sub.client, "id", ""), "sub_id": sub.sub_id, "topic": sub.topic.text,
+                    "filter": sub.filter_text, "kind": sub.kind}
+                   for sub in itertools.islice(self.engine.router.subscriptions(), SUBSCRIPTION_DETAILS)]
         return {
             "instance": {"name": self.config.name, "version": __version__, "start_time": self.start_time,
                          "config_path": self.config.source, "pid": os.getpid()},
@@ -536,6 +552,7 @@ class Broker:
             "clients": clients if clients is not None else [s.statistics() for s in sessions],
             "topics": {name: {"messages_received": v[0], "messages_delivered": v[1]} for name, v in c.topics.items()},
             "subscriptions": self.engine.router.count_by_kind(),
+            "subscription_details": details,
             "pagination": {"paginated_subscriptions": windows["paginated_subscriptions"],
                            "result_sets": windows["result_sets"], "result_set_entries": windows["result_set_entries"]},
             "sow": {name: t.statistics() for name, t in self.engine.sow_topics.items()},

@@ -33,11 +33,13 @@ __all__ = [
     "Counters",
     "HistogramSnapshot",
     "InstanceInfo",
+    "JournalFileInfo",
     "JournalFiles",
     "JournalStats",
     "OofCounts",
     "SowTopicStats",
     "SubscriptionCounts",
+    "SubscriptionInfo",
     "TopicCounters",
     "empty_histogram_snapshot",
     "empty_snapshot",
@@ -159,6 +161,24 @@ class JournalFiles(TypedDict):
     compressed: int
 
 
+class JournalFileInfo(TypedDict):
+    """One journal file (the newest ``JOURNAL_FILES_LISTED`` are listed)."""
+
+    name: str
+    state: str  # current, full, preallocated, archived, compressed
+    size: int  # bytes on disk
+
+
+class SubscriptionInfo(TypedDict):
+    """One subscription (the first ``SUBSCRIPTION_DETAILS`` are listed): for the web console."""
+
+    client: str  # the client's connection id (ClientStats.id)
+    sub_id: str
+    topic: str
+    filter: str
+    kind: str  # subscribe, sow_and_subscribe, bookmark, delta
+
+
 class JournalStats(TypedDict):
     """The transaction log (``/amps/instance/transaction_log``)."""
 
@@ -173,6 +193,7 @@ class JournalStats(TypedDict):
     damaged_records: int  # cumulative: damaged journal records met (at start-up or by replays)
     damaged_bytes: int  # cumulative: bytes of those records
     replay_failures: int  # cumulative: bookmark replays ended by a journal problem (the client was told)
+    file_list: list[JournalFileInfo]  # the newest journal files with their state
 
 
 class ActionOutcomes(TypedDict):
@@ -204,6 +225,7 @@ class BrokerSnapshot(TypedDict):
     clients: list[ClientStats]
     topics: dict[str, TopicCounters]
     subscriptions: SubscriptionCounts
+    subscription_details: list[SubscriptionInfo]
     pagination: PaginationStats
     sow: dict[str, SowTopicStats]
     oof: OofCounts
@@ -263,6 +285,7 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
         "clients": [],
         "topics": {},
         "subscriptions": {"subscribe": 0, "sow_and_subscribe": 0, "bookmark": 0, "delta": 0},
+        "subscription_details": [],
         "pagination": {"paginated_subscriptions": 0, "result_sets": 0, "result_set_entries": 0},
         "sow": {},
         "oof": {"match": 0, "deleted": 0, "expired": 0},

@@ -26,6 +26,7 @@ def test_quickstart_loads() -> None:
     assert [(t.port, t.protocol, t.message_type) for t in config.transports] == [
         (9007, "amps", None), (9008, "websocket", None)]
     assert config.admin is not None and config.admin.port == 8085
+    assert config.admin.host == "127.0.0.1", "a bare Admin port is loopback only (console, actions)"
     (orders,) = config.sow_topics
     assert (orders.name, orders.message_type, orders.keys) == ("orders", "json", ("/id",))
     assert orders.file_name == "./data/sow/orders.sow" and orders.durability == "persistent"
@@ -80,6 +81,16 @@ def test_published_amps_configs_load_with_warnings_only(name: str) -> None:
     warned = " ".join(w.message for w in config.warnings)
     assert "<Logging>" in warned
     assert len({(w.path, w.message) for w in config.warnings}) == len(config.warnings)  # one each
+
+
+@pytest.mark.parametrize(("inet_addr", "host"), [("8085", "127.0.0.1"), ("0.0.0.0:8085", "0.0.0.0"),
+                                                 ("localhost:8085", "localhost")])
+def test_the_admin_server_binds_loopback_unless_the_config_names_an_address(tmp_path, inet_addr, host) -> None:
+    path = tmp_path / "admin.xml"
+    path.write_text(f"<AMPSConfig><Name>a</Name><Admin><InetAddr>{inet_addr}</InetAddr></Admin><Transports>"
+                    "<Transport><Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr><Protocol>amps</Protocol>"
+                    "</Transport></Transports></AMPSConfig>")
+    assert load_config(path, env={}).admin.host == host
 
 
 def test_the_prometheus_integration_config_serves_its_websocket_transport() -> None:

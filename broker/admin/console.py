@@ -1,0 +1,102 @@
+"""The web console's data: ``/console/state.json``, a view over the Admin server's statistics samples.
+
+The console (``broker/admin/static``: plain HTML, CSS and JavaScript, no build step) polls it once a second
+and draws what changed. Rates are computed here, between two consecutive samples (one per
+``<Admin><Interval>``), so every browser sees the same figures and none keeps history of its own beyond
+its chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from broker.stats.snapshot import BrokerSnapshot
+
+__all__ = ["ConsoleView", "WebSocketEndpoint"]
+
+#: Subscriptions shown per client.
+SUBSCRIPTIONS_PER_CLIENT = 20
+
+WebSocketEndpoint = Mapping[str, Any]  # {"name": transport name, "port": bound port}
+
+
+class ConsoleView:
+    """Builds the console's state from statistics samples.
+
+    Args:
+        websockets: The broker's websocket transports (``name``, ``port``): the query panel connects to the
+            first one, on the host the console was loaded from.
+    """
+
+    def __init__(self, websockets: Sequence[WebSocketEndpoint] | None = None) -> None:
+        #: Used by reference: the broker adds its websocket transports once they listen.
+        self.websockets = websockets if websockets is not None else []
+        self._previous: tuple[float, BrokerSnapshot] | None = None
+
+    def build(self, snapshot: BrokerSnapshot, taken_at: float) -> dict[str, Any]:
+        """The console state for ``snapshot``, taken at ``taken_at`` (monotonic seconds); call once per sample
+        in sample order (the Admin application caches the result per sample)."""
+        previous = self._previous
+        self._previous = (taken_at, snapshot)
+        seconds = taken_at - previous[0] if previous is not None else 0.0
+
+        def rate(now: float, before: float | None) -> float:
+            if before is None or seconds <= 0:
+                return 0.0
+            return max(0.0, (now - before) / seconds)
+
+        before = previous[1] if previous is not None else None
+        counters = snapshot["counters"]
+        old_counters = before["counters"] if before is not None else None
+        old_topics = before["topics"] if before is not None else {}
+        names = sorted(set(snapshot["topics"]) | set(snapshot["sow"]))
+        topics = []
+        for name in names:
+            flow = snapshot["topics"].get(name, {"messages_received": 0, "messages_delivered": 0})
+            old = old_topics.get(name)
+            sow = snapshot["sow"].get(name)
+            topics.append({
+                "name": name,
+                "sow_records": sow["records"] if sow is not None else None,
+                "messages_received": flow["messages_received"],
+                "messages_delivered": flow["messages_delivered"],
+                "in_per_sec": rate(flow["messages_received"], old["messages_received"] if old else None),
+                "out_per_sec": rate(flow["messages_delivered"], old["messages_delivered"] if old else None),
+            })
+        subscriptions: dict[str, list[dict[str, str]]] = {}
+        for sub in snapshot.get("subscription_details", []):
+            listed = subscriptions.setdefault(sub["client"], [])
+            if len(listed) < SUBSCRIPTIONS_PER_CLIENT:
+                listed.append({k: sub[k] for k in ("sub_id", "topic", "filter", "kind")})
+        clients = [{
+            "id": c["id"], "name": c["client_name"], "remote": c["remote"], "connected_at": c["connected_at"],
+            "messages_in": c["messages_in"], "messages_out": c["messages_out"], "queued_bytes": c["queued_bytes"],
+            "subscription_count": c["subscriptions"], "subscriptions": subscriptions.get(c["id"], []),
+        } for c in sorted(snapshot["clients"], key=lambda c: c["connected_at"])]
+        journal = snapshot["journal"]
+        actions = [{"name": name, "runs": a["runs"], "failures": a["failures"], "running": a["running"],
+                    "last_run_start": a["last_run_start"], "last_run_duration": a["last_run_duration"]} for name, a in sorted(snapshot["actions"].items())]
+        return {
+            "instance": snapshot["instance"],
+            "taken_at": taken_at,
+            "interval": seconds or None,
+            "totals": {
+                "messages_in": counters["messages_received"], "messages_out": counters["messages_delivered"],
+                "in_per_sec": rate(counters["messages_received"],
+                                   old_counters["messages_received"] if old_counters else None),
+                "out_per_sec": rate(counters["messages_delivered"],
+                                    old_counters["messages_delivered"] if old_counters else None),
+                "clients": len(snapshot["clients"]),
+            },
+            "topics": topics,
+            "clients": clients,
+            "journal": None if journal is None else {
+                "last_sequence": journal["last_sequence"], "durable_sequence": journal["durable_sequence"],
+                "bytes": journal["bytes"], "disk_full": journal["disk_full"],
+                "files": journal.get("file_list", []),
+            },
+            "actions": actions,
+            "websockets": [dict(w) for w in self.websockets],
+        }
+
