@@ -141,6 +141,10 @@ def test_historical_sow_on_a_topic_without_history_is_an_error_naming_it(client)
         sow(client, "plain", stamp(mark(client)))
     with pytest.raises(AMPS.InvalidBookmarkException):
         sow(client, "hist", "0|1|")
+    # History but no transaction log to replay from: a historical sow_and_subscribe cannot continue it.
+    cmd = AMPS.Command("sow_and_subscribe").set_topic("short").set_bookmark(stamp(time.time_ns()))
+    with pytest.raises(AMPS.InvalidTopicException):
+        client.execute(cmd).timeout(5000)
 
 
 def test_historical_sow_and_subscribe_on_a_topic_without_history_is_a_plain_one(client, make_collector) -> None:
