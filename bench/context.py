@@ -31,6 +31,7 @@ class Context:
         log: Notes printed under the table.
         leveldb_sync: W1's LevelDB sync writes: ``off`` (the default topic), ``on`` (a topic with
             ``<sync>true</sync>``) or ``both`` (one row each, same broker, same run).
+        allow_install: Whether missing tools may be installed (``--no-install``: no).
     """
 
     sizes: Sizes
@@ -44,6 +45,8 @@ class Context:
     log: list[str] = field(default_factory=list)
     leveldb_sync: str = "off"
     deadline: float = 0.0
+    #: Whether the run may install what it misses (``--no-install`` says no: npm is not run either).
+    allow_install: bool = True
 
     @property
     def uri(self) -> str:

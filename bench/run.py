@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
-    ctx = Context(sizes=sizes, workdir=workdir, nats_py=have.get("nats", False), leveldb_sync=args.leveldb_sync)
+    ctx = Context(sizes=sizes, workdir=workdir, nats_py=have.get("nats", False), leveldb_sync=args.leveldb_sync,
+                  allow_install=not args.no_install)
     profile_session = workdir / "broker.pyisession" if args.profile else None
     rows: list[Row] = []
     profile: dict[str, Any] | None = None

@@ -62,6 +62,8 @@ class ServerProcess:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"{name}.log"
+        #: The broker's websocket transport port (W5 over WebSocket); 0 for the peers.
+        self.ws_port = 0
 
     @property
     def pid(self) -> int:
@@ -135,7 +137,7 @@ def broker_server(workdir: Path, *, profile_to: Path | None = None, config: Path
     Args:
         workdir: Where the config copy, the SOW files and the journal go.
         profile_to: When set, run the broker under pyinstrument and save its session file here.
-        config: The config template (``${BENCH_PORT}`` is set to a free port).
+        config: The config template (``${BENCH_PORT}`` and ``${BENCH_WS_PORT}`` are set to free ports).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     copy = workdir / "bench.xml"
@@ -147,8 +149,11 @@ def broker_server(workdir: Path, *, profile_to: Path | None = None, config: Path
                 "--outfile", str(profile_to), *serve]
     else:
         argv = [sys.executable, *serve]
-    env = {"BENCH_PORT": str(port), "PYTHONUNBUFFERED": "1"}
-    return ServerProcess("broker", argv, port, workdir, env)
+    ws_port = free_port()
+    env = {"BENCH_PORT": str(port), "BENCH_WS_PORT": str(ws_port), "PYTHONUNBUFFERED": "1"}
+    server = ServerProcess("broker", argv, port, workdir, env)
+    server.ws_port = ws_port
+    return server
 
 
 def redis_server(exe: str, workdir: Path) -> ServerProcess:

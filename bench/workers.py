@@ -60,6 +60,41 @@ def amps_fanout(uri: str, topic: str, clients: int, expected: int, timeout: floa
             close(c)
 
 
+def node_fanout(uri: str, topic: str, clients: int, expected: int, timeout: float, amps_js: str,
+                conn: Any) -> None:
+    """:func:`amps_fanout` over WebSocket: the npm ``amps`` client under Node (``bench/ws_fanout.js``)."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).with_name("ws_fanout.js")
+    proc = subprocess.Popen(["node", str(script), uri, topic, str(clients), str(expected), str(timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "AMPS_JS": amps_js})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                conn.send(("ready", clients))
+            elif line.startswith("{"):
+                conn.send(("done", json.loads(line)))
+                break
+            elif line.startswith("error"):
+                conn.send(("error", line.strip()))
+                break
+        else:
+            conn.send(("error", f"node exited with {proc.wait()}: {proc.stderr.read()[-1500:] if proc.stderr else ''}"))
+    except Exception:  # noqa: BLE001 - reported to the parent, which records the error
+        conn.send(("error", traceback.format_exc()[-1500:]))
+    finally:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def amps_oof(uri: str, topic: str, flt: str, batch_size: int, expected_updates: int, expected_oof: int,
              grace: float, timeout: float, conn: Any) -> None:
     """sow_and_subscribe with OOF; reports snapshot time, update latencies and every OOF's data."""

@@ -6,12 +6,19 @@ round trip every 1000 messages (flow control, so nobody is measured filling an u
 Throughput is deliveries (M x subscribers) over the time from the first send to the last delivery;
 latency is receive time - send time of every delivery. Peers: NATS core through nats-py, and Mosquitto
 (QoS 0) driven by its own ``mosquitto_pub -l`` / ``mosquitto_sub -C`` tools.
+
+One more row puts the broker's websocket transport next to its TCP transport: the same publisher (TCP), 4
+subscribers on the websocket transport with the npm ``amps`` client under Node, against the TCP row's 4
+official Python-client subscribers. The two client libraries differ, so the broker's CPU seconds per
+delivery are the fairer comparison of the transports' cost (both are in the results).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +28,15 @@ from bench.figures import Figure, Latency, Row
 from bench.messages import doc
 from bench.peertools import nats_connect, run_async
 from bench.servers import die_with_parent
-from bench.workers import Children, amps_fanout, nats_fanout
+from bench.workers import Children, amps_fanout, nats_fanout, node_fanout
 from bench.workloads.common import guard
 
 TOPIC = "bench-fanout"
 WINDOW = 1000
+#: Subscribers of the WebSocket row (W5 over WebSocket next to TCP).
+WEBSOCKET_SUBSCRIBERS = 4
+#: Where the npm amps client is installed for the WebSocket row (ignored by git; reused by later runs).
+NPM_CACHE = Path(__file__).resolve().parents[1] / ".npm-cache"
 
 
 def split(subscribers: int) -> list[int]:
@@ -49,28 +60,55 @@ def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dic
 
 
 def broker_fanout(ctx: Context, subscribers: int) -> Figure:
-    """The broker's figure for ``subscribers``."""
+    """The broker's figure for ``subscribers`` (TCP, the official Python client)."""
     m = ctx.sizes.fanout_messages
-    assert ctx.broker is not None
-    docs_needed = range(m)
     with Children(amps_fanout, [(ctx.uri, TOPIC, k, m, ctx.left()) for k in split(subscribers)]) as children:
-        children.collect("ready", ctx.left())
-        client = ampsclient.connect(ctx.uri, "fanout-pub")
-        try:
-            meter = ctx.broker.meter()
-            meter.start()
-            t0 = time.time_ns()
-            publish = client.publish
-            for i in docs_needed:
-                publish(TOPIC, doc(i))
-                if i % WINDOW == WINDOW - 1:
-                    client.publish_flush(int(ctx.left() * 1000))
-            client.publish_flush(int(ctx.left() * 1000))
-            results = children.collect("done", ctx.left())
-            usage = meter.stop()
-        finally:
-            ampsclient.close(client)
+        t0, results, usage = _publish_and_collect(ctx, children, m)
     return _figure("broker", subscribers, m, t0, results, usage)
+
+
+def websocket_fanout(ctx: Context, subscribers: int) -> Figure:
+    """The same fan-out with the subscribers on the websocket transport: the npm ``amps`` client under Node
+    (the publisher is the same TCP client), so the broker's figure over WebSocket sits next to TCP's."""
+    from broker.admin import jsclient
+
+    system = "broker over websocket"
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return Figure(system, None, "msg/s", note="skipped: node and npm are not installed")
+    assert ctx.broker is not None
+    amps_js = str(NPM_CACHE)
+    if jsclient.installed_version(NPM_CACHE) != jsclient.AMPS_JS_VERSION:
+        if not ctx.allow_install:
+            return Figure(system, None, "msg/s", note="skipped: npm amps is not installed (--no-install)")
+        jsclient.install(NPM_CACHE)
+    m = ctx.sizes.fanout_messages
+    uri = f"ws://127.0.0.1:{ctx.broker.ws_port}/amps/json"
+    with Children(node_fanout, [(uri, TOPIC, k, m, ctx.left(), amps_js) for k in split(subscribers)]) as children:
+        t0, results, usage = _publish_and_collect(ctx, children, m)
+    return _figure(system, subscribers, m, t0, results, usage, client=f"npm amps {jsclient.AMPS_JS_VERSION} (Node)")
+
+
+def _publish_and_collect(ctx: Context, children: Children, m: int) -> tuple[int, list[dict[str, Any]], Any]:
+    """Wait for the subscribers, publish ``m`` documents over TCP (a flush round trip every WINDOW), and
+    collect the subscribers' results; returns the start time, the results and the broker's usage."""
+    assert ctx.broker is not None
+    children.collect("ready", ctx.left())
+    client = ampsclient.connect(ctx.uri, "fanout-pub")
+    try:
+        meter = ctx.broker.meter()
+        meter.start()
+        t0 = time.time_ns()
+        publish = client.publish
+        for i in range(m):
+            publish(TOPIC, doc(i))
+            if i % WINDOW == WINDOW - 1:
+                client.publish_flush(int(ctx.left() * 1000))
+        client.publish_flush(int(ctx.left() * 1000))
+        results = children.collect("done", ctx.left())
+        usage = meter.stop()
+    finally:
+        ampsclient.close(client)
+    return t0, results, usage
 
 
 def nats_fanout_figure(ctx: Context, subscribers: int) -> Figure:
@@ -163,10 +201,23 @@ def run(ctx: Context) -> list[Row]:
     """W5's rows: one per subscriber count."""
     m = ctx.sizes.fanout_messages
     rows = []
+    tcp: dict[int, Figure] = {}
     for n in ctx.sizes.fanout_subscribers:
-        broker = broker_fanout(ctx, n)
+        broker = tcp[n] = broker_fanout(ctx, n)
         peers = [guard(ctx, "nats", nats_fanout_figure, n), guard(ctx, "mosquitto", mosquitto_fanout, n)]
         checks = {"complete": broker.note == ""}
         rows.append(Row("W5 fan-out", f"1 pub -> {n} sub, {m:,} msgs", broker, peers, ctx.limits.get("loopback"),
                         checks))
+    # The websocket transport next to TCP, same run, same broker: the ratio is WebSocket over TCP.
+    n = WEBSOCKET_SUBSCRIBERS
+    ws = guard(ctx, "broker over websocket", websocket_fanout, n)
+    if ws.note.startswith("skipped"):  # no Node here, or --no-install before npm amps was installed
+        ctx.log.append(f"W5 over WebSocket {ws.note}")
+        return rows
+    reference = tcp.get(n)
+    if reference is None:
+        reference = tcp[n] = broker_fanout(ctx, n)
+    rows.append(Row("W5 fan-out", f"1 pub -> {n} sub over WebSocket, {m:,} msgs (vs TCP)", ws,
+                    [replace(reference, system="broker over tcp")], ctx.limits.get("loopback"),
+                    {"complete": ws.note == ""}))
     return rows

@@ -52,6 +52,9 @@ from broker.protocol._header import decode_header
 __all__ = ["WebSocketAmps", "encode_ws_frame", "message_type_of_path"]
 
 _LEN = struct.Struct(">I")
+_HEAD7 = struct.Struct(">BB").pack
+_HEAD16 = struct.Struct(">BBH").pack
+_HEAD64 = struct.Struct(">BBQ").pack
 _COUNT = struct.Struct("<I")
 #: Most messages one command may announce (the client sends the header and one data part).
 MAX_PARTS: Final = 64
@@ -77,12 +80,7 @@ def encode_ws_frame(payload: bytes, text: bool) -> bytes:
     """One unfragmented, unmasked server-to-client WebSocket frame (RFC 6455 §5.2)."""
     n = len(payload)
     first = 0x81 if text else 0x82
-    if n < 126:
-        head = bytes((first, n))
-    elif n < 65536:
-        head = struct.pack(">BBH", first, 126, n)
-    else:
-        head = struct.pack(">BBQ", first, 127, n)
+    head = _HEAD7(first, n) if n < 126 else _HEAD16(first, 126, n) if n < 65536 else _HEAD64(first, 127, n)
     return head + payload
 
 
@@ -274,15 +272,37 @@ class WebSocketAmps:
             frames = self._pending + frames
             self._pending = b""
         out: list[bytes] = []
+        append = out.append
         text = self.text_data is not False
+        data_opcode = 0x81 if text else 0x82
         pos, total = 0, len(frames)
+        unpack, find, count, startswith = _LEN.unpack_from, frames.find, frames.count, frames.startswith
         while pos + 4 <= total:
-            (size,) = _LEN.unpack_from(frames, pos)
-            end = pos + 4 + size
+            (size,) = unpack(frames, pos)
+            start, end = pos + 4, pos + 4 + size
             if end > total:
                 break
-            self._encode_frame(frames, pos + 4, end, text, out)
             pos = end
+            # The hot path, a delivery: {"c":"p",...} with data, a header with no backslash and "s" not last.
+            close = find(b"}", start, end)
+            if (startswith(b'{"c":"p",', start) and 0 < close < end - 1 and find(b"\\", start, close) < 0
+                    and not count(b'"', start, close) & 1 and find(b'"s":', start, close) < 0):
+                n = close + 1 - start
+                append(_HEAD7(0x81, n) if n < 126 else _HEAD16(0x81, 126, n) if n < 65536 else _HEAD64(0x81, 127, n))
+                append(frames[start:close + 1])
+                body = frames[close + 1:end]
+                opcode = data_opcode
+                if text:
+                    try:
+                        body.decode()
+                    except UnicodeDecodeError:
+                        opcode = 0x82
+                n = end - close - 1
+                append(_HEAD7(opcode, n) if n < 126 else _HEAD16(opcode, 126, n) if n < 65536
+                       else _HEAD64(opcode, 127, n))
+                append(body)
+                continue
+            self._encode_frame(frames, start, end, text, out)
         if pos < total:
             self._pending = frames[pos:]
         return b"".join(out)

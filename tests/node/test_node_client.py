@@ -66,3 +66,9 @@ def test_bookmark_subscribe_from_epoch_replays_then_goes_live(amps_js, ws_broker
 def test_delta_subscribe_sends_only_changed_fields(amps_js, ws_broker) -> None:
     out = scenario(amps_js, ws_broker, "delta_subscribe", "deltas")
     assert [r["data"] for r in out["got"]] == [{"id": 1, "qty": 20}, {"id": 2, "sym": "MSFT", "qty": 5, "px": 30}]
+
+
+def test_xml_over_the_binary_data_mode(amps_js, ws_broker) -> None:
+    out = scenario(amps_js, ws_broker, "xml_binary_mode", "xmlt")
+    assert [(r["c"], r["binary"], r["data"]) for r in out["got"]] == [
+        ("p", True, "<order><id>2</id><qty>10</qty></order>"), ("p", True, "<order><id>end</id><qty>99</qty></order>")]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from wsproto.frame_protocol import Opcode
@@ -21,7 +20,8 @@ MAX = 64 * 1024
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess.from_xml(tmp_path_factory.mktemp("ws"), websocket=True,
-                                  websocket_extra=f"<MaxMessageSize>{MAX}</MaxMessageSize>").start()
+                                  websocket_extra=f"<MaxMessageSize>{MAX}</MaxMessageSize>"
+                                                  "<MessageMemoryLimit>256KB</MessageMemoryLimit>").start()
     yield proc
     proc.stop()
 
@@ -161,8 +161,27 @@ def test_an_http_request_on_the_tcp_port_logs_which_port_speaks_websocket(broker
     assert "MaxMessageSize" not in lines[0]
 
 
-def test_the_session_counts_websocket_clients_in_statistics(broker: BrokerProcess, tmp_path: Path) -> None:
-    client = WsClient.connect(broker.websocket_port, "counted")
-    client.command({"c": "subscribe", "t": "counted", "sub_id": "c1", "cid": "c1", "a": "processed"})
-    assert client.next_message()[0]["status"] == "success"
-    client.close()
+def test_a_websocket_client_that_stops_reading_is_offlined_as_a_slow_client(broker, witness) -> None:
+    import AMPS
+
+    slow = WsClient.connect(broker.websocket_port, "slow-reader")
+    slow.command({"c": "subscribe", "t": "flood", "sub_id": "f", "cid": "f", "a": "processed"})
+    assert slow.next_message()[0]["status"] == "success"
+    publisher = AMPS.Client("flood-publisher")
+    publisher.connect(broker.uri)
+    publisher.logon()
+    try:
+        body = '{"pad":"' + "x" * 1000 + '"}'
+        offlined = False
+        for _ in range(100):  # until the broker says so: socket buffers absorb a few MB first
+            for _ in range(1000):
+                publisher.publish("flood", body)
+            publisher.publish_flush()
+            offlined = "(slow-reader) disconnected: outbound buffer exceeded 262144 bytes" in broker.log()
+            if offlined:
+                break
+        assert offlined, "the slow websocket client was never offlined"
+    finally:
+        publisher.close()
+        slow.sock.close()
+    still_working(witness, 9)
