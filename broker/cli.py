@@ -239,6 +239,39 @@ def cmd_install_js_client(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_passwd(args: argparse.Namespace) -> int:
+    """Add a user to a password file or change its password (``--delete`` removes it).
+
+    The password is read from standard input when that is not a terminal (its first line), else asked twice
+    without echo. It is never printed or logged.
+    """
+    from broker.security.passwords import PasswordFileError, remove_user, set_password
+
+    if args.delete:
+        if not remove_user(args.file, args.user):
+            print(f"{args.file}: no user {args.user!r}", file=sys.stderr)
+            return 1
+        print(f"{args.file}: removed {args.user}")
+        return 0
+    if sys.stdin.isatty():
+        import getpass
+
+        password = getpass.getpass(f"Password for {args.user}: ")
+        if getpass.getpass("Again: ") != password:
+            print("error: the two passwords differ; nothing was written", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups is not None else None
+    try:
+        added = set_password(args.file, args.user, password, groups)
+    except PasswordFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: {'added' if added else 'changed the password of'} {args.user}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to document the CLI)."""
     parser = argparse.ArgumentParser(prog="broker", description="An AMPS-protocol message broker.")
@@ -259,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "console's query panel runs, from the npm registry")
     p.add_argument("dir", nargs="?", help="install there instead of inside the package (then set BROKER_AMPS_JS)")
     p.set_defaults(func=cmd_install_js_client)
+    p = sub.add_parser("passwd", help="add a user to a password file or change its password (stdin when piped)")
+    p.add_argument("file", help="the password file (created mode 0600 if missing)")
+    p.add_argument("user")
+    p.add_argument("--groups", help="comma-separated groups for the entitlement file (replaces the user's)")
+    p.add_argument("--delete", action="store_true", help="remove the user instead")
+    p.set_defaults(func=cmd_passwd)
     p = sub.add_parser("journal", help="read, verify and repair transaction log journals")
     jsub = p.add_subparsers(dest="journal_command", required=True)
     for name in ("dump", "grep"):

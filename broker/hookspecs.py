@@ -74,3 +74,26 @@ def broker_register_filter_functions(registry: Registry) -> None:
     ``registry.add("MY_FN", fn)``: ``fn(*args)`` receives evaluated argument values (``None`` for NULL)
     and returns a value. Names are case-insensitive in filters.
     """
+
+
+@hookspec
+def broker_register_authentication(registry: Registry) -> None:
+    """Add authentication modules (who is logging on?).
+
+    ``registry.add(name, factory, options=OptionSet(...))``: ``factory(options: Mapping[str, str])`` returns a
+    :class:`broker.security.Authenticator`, whose ``authenticate(request: LogonRequest) -> Identity`` accepts
+    a logon or raises :class:`broker.security.AuthenticationRefused` (called in a worker thread: it may block).
+    The config chooses one per instance, transport or Admin server with
+    ``<Authentication><Module>name</Module><Options>…</Options></Authentication>``.
+    """
+
+
+@hookspec
+def broker_register_entitlements(registry: Registry) -> None:
+    """Add entitlement modules (what may an identity read, write, replay, and see?).
+
+    ``registry.add(name, factory, options=OptionSet(...))``: ``factory(options: Mapping[str, str])`` returns a
+    :class:`broker.security.Entitlements`, whose ``grants(identity)`` returns a
+    :class:`broker.security.Grants` (``can_read``/``can_write``/``can_replay``/``read_filter`` per topic) or
+    ``None`` for no restriction. Chosen with ``<Entitlement><Module>name</Module>…</Entitlement>``.
+    """

@@ -21,7 +21,7 @@ from broker.plugins import PluginManager, Registration, Registry
 
 _AMPS_ACTION_MODULES = frozenset(name for names in ACTION_MODULES.values() for name in names)
 
-__all__ = ["ActionPlugins", "Resolved", "ResolvedPlugins", "TopicPlugins", "resolve_plugins"]
+__all__ = ["ActionPlugins", "Resolved", "ResolvedPlugins", "SecurityPlugins", "TopicPlugins", "resolve_plugins"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,19 @@ class ActionPlugins:
 
 
 @dataclass(frozen=True)
+class SecurityPlugins:
+    """The authentication and entitlement modules of the instance, of each transport and of the Admin server
+    (a transport without its own inherits the instance's; AMPS's allow-all modules when none is named)."""
+
+    authentication: Resolved
+    entitlement: Resolved
+    #: Transport name -> (authentication, entitlement).
+    transports: dict[str, tuple[Resolved, Resolved]]
+    #: The Admin server's authentication (its own, else the instance's); ``None`` without ``<Admin>``.
+    admin: Resolved | None = None
+
+
+@dataclass(frozen=True)
 class ResolvedPlugins:
     """Every plugin choice of a config."""
 
@@ -75,6 +88,7 @@ class ResolvedPlugins:
     actions: tuple[ActionPlugins, ...]
     #: Actions left out because they use an AMPS action module the broker does not implement (one warning each).
     warnings: tuple[ConfigIssue, ...] = ()
+    security: SecurityPlugins | None = None
 
 
 def _issue(where: Where, message: str, severity: str = "error") -> ConfigIssue:
@@ -178,6 +192,36 @@ def resolve_plugins(config: Config, plugins: PluginManager) -> ResolvedPlugins:
         if all(o is not None for o in on) and all(s is not None for _k, s in steps):
             actions.append(ActionPlugins(tuple(o for o in on if o is not None),
                                          tuple((k, s) for k, s in steps if s is not None), action.where))
-    if resolver.issues:
+    security = _security(resolver, config)
+    if resolver.issues or security is None:
         raise ConfigError(resolver.issues)
-    return ResolvedPlugins(topics, tuple(actions), tuple(warnings))
+    return ResolvedPlugins(topics, tuple(actions), tuple(warnings), security)
+
+
+def _security(resolver: _Resolver, config: Config) -> SecurityPlugins | None:
+    from broker.security import ALLOW_ALL_AUTHENTICATION, ALLOW_ALL_ENTITLEMENT
+
+    plugins = resolver.plugins
+
+    def one(registry: Registry, ref: PluginRef | None, default: PluginRef | None, fallback: str,
+            label: str) -> Resolved | None:
+        chosen = ref or default or PluginRef(fallback)
+        return resolver.resolve(registry, chosen.module, chosen.options, chosen.where, label=label)
+
+    auth = one(plugins.authenticators, config.authentication, None, ALLOW_ALL_AUTHENTICATION, "<Authentication>")
+    ent = one(plugins.entitlements, config.entitlement, None, ALLOW_ALL_ENTITLEMENT, "<Entitlement>")
+    transports: dict[str, tuple[Resolved, Resolved]] = {}
+    for t in config.transports:
+        label = f"Transport {t.name!r}"
+        t_auth = one(plugins.authenticators, t.authentication, config.authentication, ALLOW_ALL_AUTHENTICATION,
+                     label)
+        t_ent = one(plugins.entitlements, t.entitlement, config.entitlement, ALLOW_ALL_ENTITLEMENT, label)
+        if t_auth is not None and t_ent is not None:
+            transports[t.name] = (t_auth, t_ent)
+    admin = None
+    if config.admin is not None:
+        admin = one(plugins.authenticators, config.admin.authentication, config.authentication,
+                    ALLOW_ALL_AUTHENTICATION, "<Admin>")
+    if auth is None or ent is None:
+        return None
+    return SecurityPlugins(auth, ent, transports, admin)

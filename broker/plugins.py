@@ -30,6 +30,8 @@ KINDS = {
     "storage engine": "broker_register_storage_engines",
     "action": "broker_register_actions",
     "filter function": "broker_register_filter_functions",
+    "authentication module": "broker_register_authentication",
+    "entitlement module": "broker_register_entitlements",
 }
 
 
@@ -166,6 +168,8 @@ class PluginManager:
         self.storage_engines = Registry("storage engine")
         self.actions = Registry("action")
         self.filter_functions = Registry("filter function", case_insensitive=True)
+        self.authenticators = Registry("authentication module")
+        self.entitlements = Registry("entitlement module")
         self._collected = False
         if entry_points:
             self.load_entry_points()
@@ -273,6 +277,8 @@ class PluginManager:
             (self.storage_engines, "broker_register_storage_engines"),
             (self.actions, "broker_register_actions"),
             (self.filter_functions, "broker_register_filter_functions"),
+            (self.authenticators, "broker_register_authentication"),
+            (self.entitlements, "broker_register_entitlements"),
         ):
             hook = getattr(self._pm.hook, hook_name)
             for impl in hook.get_hookimpls():  # registration order
@@ -296,7 +302,8 @@ class PluginManager:
     def registries(self) -> Iterable[Registry]:
         """Every registry, in a fixed order."""
         self.collect()
-        return (self.key_generators, self.storage_engines, self.actions, self.filter_functions)
+        return (self.key_generators, self.storage_engines, self.actions, self.filter_functions,
+                self.authenticators, self.entitlements)
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:

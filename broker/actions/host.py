@@ -189,6 +189,10 @@ class BrokerHost:
         """Begin a clean shutdown, as SIGTERM does (on-shutdown actions run, the journal is synced)."""
         self._broker.request_stop(reason)
 
+    def reload_security(self, kind: str) -> str:
+        """Re-read the security modules' files (:meth:`Broker.reload_security`)."""
+        return self._broker.reload_security(kind)
+
     def rotate_logs(self) -> list[str]:
         """Close and reopen the broker's log files; returns their paths (empty when it writes none)."""
         try:

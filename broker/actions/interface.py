@@ -162,6 +162,13 @@ class ActionHost(Protocol):
     def rotate_logs(self) -> list[str]:
         """Close and reopen the log files the broker writes; returns their paths (empty: no log file)."""
 
+    def reload_security(self, kind: str) -> str:
+        """Re-read the files of the ``authentication`` or ``entitlement`` modules; returns a summary.
+
+        Raises:
+            BrokerError: a new file is unusable (its module keeps the old rules).
+        """
+
     def add_admin_action(self, path: str, handler: AdminHandler, *, name: str, description: str,
                          required: Sequence[str]) -> Callable[[], None]:
         """Serve ``GET /amps/administrator/actions/<path>`` with ``handler``; returns a function removing it.

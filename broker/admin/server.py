@@ -13,15 +13,19 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
 
 from broker.admin.app import AdminAction, AdminApp
+from broker.admin.auth import BasicAuth
 from broker.admin.console import ConsoleView
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import ConfigError
+from broker.security import Authenticator
+from broker.security.runtime import SecurityRuntime
 
 __all__ = ["serve_admin"]
 
@@ -71,6 +75,10 @@ async def serve_admin(
     clock: Callable[[], float] = time.time,
     sampler: StatisticsSampler | None = None,
     console: ConsoleView | None = None,
+    security: SecurityRuntime | None = None,
+    authenticator: Authenticator | None = None,
+    realm: str = "broker",
+    anonymous_paths: str | None = None,
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
@@ -92,12 +100,21 @@ async def serve_admin(
         sampler: Serve from this sampler instead of one over ``source`` (the caller runs it; tests use it
             to "sample now").
         console: The web console's view (see :mod:`broker.admin.console`).
+        security: The broker's security runtime; with it, requests go through HTTP basic authentication
+            (:mod:`broker.admin.auth`) against ``authenticator``.
+        authenticator: The module checking credentials (``None``: no credentials asked; administrator
+            endpoints answer loopback clients only).
+        realm: The realm of the ``WWW-Authenticate`` challenge.
+        anonymous_paths: A regex of paths served without credentials (never the administrator ones).
 
     Raises:
         ConfigError: The address cannot be resolved or bound.
     """
     app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock, sampler=sampler,
                    console=console)
+    served: Any = app
+    if security is not None:
+        served = BasicAuth(app, security, authenticator, realm=realm, anonymous_paths=anonymous_paths)
     sock = await _bind(host, port)
     bound_port: int = sock.getsockname()[1]
 
@@ -118,7 +135,7 @@ async def serve_admin(
             nursery.start_soon(app.sampler.run)
 
         async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            await hypercorn.trio.serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+            await hypercorn.trio.serve(served, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
             nursery.cancel_scope.cancel()  # stopped gracefully: the sampler stops with it
 
         await nursery.start(serve)

@@ -10,8 +10,8 @@ UNSUPPORTED_MESSAGE_TYPES = ("fix", "nvfix", "bson", "msgpack", "bflat", "protob
                              "composite-global", "composite-local")
 
 #: Transport ``Type`` values: the one served, and the AMPS ones accepted with a warning.
-SUPPORTED_TRANSPORT_TYPES = ("tcp",)
-UNSUPPORTED_TRANSPORT_TYPES = ("tcps", "amps-unix", "amps-replication", "amps-replication-secure")
+SUPPORTED_TRANSPORT_TYPES = ("tcp", "tcps")
+UNSUPPORTED_TRANSPORT_TYPES = ("amps-unix", "amps-replication", "amps-replication-secure")
 
 #: Transport ``Protocol`` values: served (``json`` is AMPS's synonym of ``amps``), and accepted with a warning.
 SUPPORTED_PROTOCOLS = {"amps": "amps", "json": "amps", "websocket": "websocket"}

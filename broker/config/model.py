@@ -42,10 +42,29 @@ class Where:
 class AdminConfig:
     """``<Admin>``: the HTTP admin server (metrics, /amps statistics tree)."""
 
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 8085
     interval: float = 10.0
     where: Where = field(default_factory=Where)
+    #: ``<Authentication>`` of the Admin server; ``None``: the instance's.
+    authentication: PluginRef | None = None
+    #: ``<AnonymousPaths>``: a regex of paths served without authentication (never the administrator ones).
+    anonymous_paths: str | None = None
+    #: The realm of the ``WWW-Authenticate: Basic`` challenge (``<WWWAuthenticate>``).
+    realm: str = "broker"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """The TLS settings of a ``tcps`` transport (reused by any transport type that speaks TLS)."""
+
+    certificate: str
+    private_key: str
+    ca_file: str | None = None
+    ca_path: str | None = None
+    #: ``<VerifyClient>``: require a client certificate chaining to ``ca_file``/``ca_path``.
+    verify_client: bool = False
+    ciphers: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,11 @@ class TransportConfig:
     #: (``broker.messagetypes.DEFAULT_MAX_DEPTH``, at most ``MAX_DEPTH_LIMIT``).
     max_message_depth: int = 64
     where: Where = field(default_factory=Where)
+    #: ``<Authentication>`` / ``<Entitlement>`` of this transport; ``None``: the instance's.
+    authentication: PluginRef | None = None
+    entitlement: PluginRef | None = None
+    #: TLS (``tcps``); ``None``: plain TCP.
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +241,9 @@ class Config:
     logging: LoggingConfig | None = None
     #: ``<TotalMessageMemoryLimit>`` (broker extension): client buffers of all connections together (0: none).
     total_memory_limit: int = DEFAULT_TOTAL_MEMORY_LIMIT
+    #: The instance's ``<Authentication>`` / ``<Entitlement>``; ``None``: AMPS's allow-all defaults.
+    authentication: PluginRef | None = None
+    entitlement: PluginRef | None = None
     #: Elements AMPS defines that the broker does not support yet, and other non-fatal notes.
     warnings: tuple[ConfigIssue, ...] = ()
     #: The fully expanded XML text (``${VAR}`` and ``<Include>`` resolved), as ``--dump-config`` prints.

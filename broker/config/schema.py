@@ -118,9 +118,26 @@ def _plugin_ref(name: str, doc: str, *, repeatable: bool = False, required: bool
 _SLOW_CLIENT = ignored("MessageDiskLimit", "MessageDiskPath", "ClientMessageAgeLimit", "ClientMaxCapacity",
                        note="slow clients are disconnected once MessageMemoryLimit is reached; nothing "
                             "is offlined to disk")
-_SECURITY = ignored("Authentication", "Entitlement", note="every client is accepted without authentication")
-_TLS = ignored("Certificate", "PrivateKey", "Ciphers", "SecureSocketProtocols", "VerifyClient", "CAFile",
-               "CAPath", "AllowUnverifiedPeer", note="TLS is not supported yet")
+_SECURITY = (
+    _plugin_ref("Authentication", "The authentication module (password-file, or a plugin's) with its Options; "
+                "transports inherit the instance's unless they set their own (docs/security.md).",
+                ),
+    _plugin_ref("Entitlement", "The entitlement module (entitlement-file, or a plugin's) with its Options; "
+                "transports inherit the instance's unless they set their own (docs/security.md)."),
+)
+_TLS = (
+    leaf("Certificate", "path", "tcps: the server's certificate chain (PEM). Required for tcps."),
+    leaf("PrivateKey", "path", "tcps: the certificate's private key (PEM). Required for tcps."),
+    leaf("CAFile", "path", "tcps: CA certificates (PEM) that client certificates must chain to.", "none"),
+    leaf("CAPath", "path", "tcps: a directory of hashed CA certificates (c_rehash), as CAFile.", "none"),
+    leaf("VerifyClient", "boolean", "tcps: require a client certificate that chains to CAFile/CAPath; a "
+         "missing, expired or unknown certificate fails the handshake.", "false"),
+    leaf("Ciphers", "text", "tcps: the OpenSSL cipher list (TLS 1.2; TLS 1.3 suites are OpenSSL's).",
+         "OpenSSL's default"),
+    *ignored("SecureSocketProtocols", "AllowUnverifiedPeer",
+             note="tcps transports accept TLS 1.2 and 1.3 only, and always verify client certificates they ask "
+                  "for"),
+)
 
 ADMIN = group(
     "Admin", "The HTTP admin server: the web console, Prometheus metrics and the /amps statistics tree.",
@@ -129,17 +146,26 @@ ADMIN = group(
          "none: no admin server"),
     leaf("Interval", "interval", "How often statistics are sampled; at least 1s.", "10s"),
     *ignored("FileName", note="statistics are kept in memory only"),
-    *ignored("WWWAuthenticate", "AnonymousPaths", "Header", "ExternalInetAddr", "AccessControlAllowOrigin",
+    _plugin_ref("Authentication", "HTTP basic authentication of Admin requests with this module (default: "
+                "the instance's <Authentication>). With none, administrator endpoints answer loopback "
+                "clients only."),
+    leaf("AnonymousPaths", "regex", "Requests whose path matches this regex need no authentication (e.g. "
+         "^/metrics$ for an open Prometheus scrape); /amps/administrator never matches.", "none"),
+    leaf("WWWAuthenticate", "text", "Basic realm=\"...\": the challenge sent to unauthenticated requests "
+         "(only Basic is supported).", "Basic realm=\"broker\""),
+    *ignored("Header", "ExternalInetAddr", "AccessControlAllowOrigin",
              "SessionOptions", "SQLTransport", "SQLTransportInetAddr", "Galvanometer",
-             note="the admin server has no Galvanometer, authentication or custom headers yet"),
-    *_SECURITY, *ignored("Certificate", "PrivateKey", "Ciphers", note="HTTPS is not supported yet"),
+             note="the admin server has no Galvanometer or custom headers yet"),
+    *ignored("Entitlement", note="an authenticated Admin user may use every endpoint"),
+    *ignored("Certificate", "PrivateKey", "Ciphers", note="HTTPS is not supported yet"),
 )
 
 TRANSPORT = group(
     "Transport", "One listener for clients.",
     leaf("Name", "text", "Name of the transport, used in logs and statistics.", required=True),
-    leaf("Type", "text", "Network type: tcp. Other AMPS types (tcps, amps-unix, amps-replication...) are "
-         "accepted with a warning and the transport is ignored.", required=True),
+    leaf("Type", "text", "Network type: tcp, or tcps (TLS: needs Certificate and PrivateKey). Other AMPS "
+         "types (amps-unix, amps-replication...) are accepted with a warning and the transport is ignored.",
+         required=True),
     # InetAddr and Protocol are required for tcp transports only; validate.py checks them.
     leaf("InetAddr", "address", "Port or host:port to listen on; a bare port listens on every address. "
          "Required."),

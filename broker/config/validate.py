@@ -38,6 +38,7 @@ from broker.config.model import (
     Config,
     ModuleConfig,
     PluginRef,
+    TlsConfig,
     TransportConfig,
     Where,
 )
@@ -112,11 +113,21 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
                                             lambda el: check_message_type(reader, el))
     actions = _actions(reader, root)
     logging_config = build_logging(reader, child(root, "Logging"))
+    authentication, entitlement = _security(reader, root)
     if name is None or total_memory is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
                   transaction_log=transaction_log, actions=actions, logging=logging_config,
-                  total_memory_limit=total_memory)
+                  total_memory_limit=total_memory, authentication=authentication, entitlement=entitlement)
+
+
+def _security(reader: Reader, el: etree._Element) -> tuple[PluginRef | None, PluginRef | None]:
+    """``<Authentication>`` and ``<Entitlement>`` of ``el`` (the instance, a transport)."""
+    refs = []
+    for tag in ("Authentication", "Entitlement"):
+        found = child(el, tag)
+        refs.append(reader.plugin_ref(found) if found is not None else None)
+    return refs[0], refs[1]
 
 
 # -- Admin -------------------------------------------------------------------------------------------------
@@ -132,6 +143,22 @@ def _admin(reader: Reader, el: etree._Element | None, context: _Context) -> Admi
         reader.log.warn(el, "<Admin> has no <InetAddr>: the admin HTTP server is not started "
                             "(add e.g. <InetAddr>8085</InetAddr>)")
         return None
+    anonymous = reader.text(el, "AnonymousPaths")
+    if anonymous is not None:
+        try:
+            re.compile(anonymous)
+        except re.error as exc:
+            reader.log.error(child(el, "AnonymousPaths"), f"AnonymousPaths is not a regular expression: {exc}")
+            return None
+    realm = "broker"
+    challenge = reader.text(el, "WWWAuthenticate")
+    if challenge is not None:
+        match = re.fullmatch(r'\s*Basic(?:\s+realm\s*=\s*"([^"]*)")?\s*', challenge, re.IGNORECASE)
+        if match is None:
+            reader.log.error(child(el, "WWWAuthenticate"), f"WWWAuthenticate {challenge!r} is not supported: "
+                             'only HTTP basic authentication is, write Basic realm="name"')
+            return None
+        realm = match.group(1) or realm
     if address is None or interval is None:
         return None
     host = address[0]
@@ -139,7 +166,10 @@ def _admin(reader: Reader, el: etree._Element | None, context: _Context) -> Admi
         # A bare port: loopback only. The console and the administrator actions (which change state) are
         # reachable from other hosts only when the config names an address (0.0.0.0:8085).
         host = "127.0.0.1"
-    return AdminConfig(host=host, port=address[1], interval=interval, where=reader.where(el))
+    authentication = child(el, "Authentication")
+    return AdminConfig(host=host, port=address[1], interval=interval, where=reader.where(el),
+                       authentication=reader.plugin_ref(authentication) if authentication is not None else None,
+                       anonymous_paths=anonymous, realm=realm)
 
 
 # -- Transports --------------------------------------------------------------------------------------------
@@ -168,11 +198,11 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
                 _note_address(address_el, name, where, context)
                 log.drop_warnings_under(where.path)
                 log.warn(el, f"transport {name or '?'!r} of Type {type_!r} is not supported yet and is "
-                             "ignored (only tcp is served)")
+                             "ignored (only tcp and tcps are served)")
             else:
                 close = suggestion(type_, [*SUPPORTED_TRANSPORT_TYPES, *UNSUPPORTED_TRANSPORT_TYPES])
                 hint = f" Did you mean {close!r}?" if close else ""
-                log.error(type_el, f"unknown transport Type {text_of(type_el)!r}: use tcp.{hint}")
+                log.error(type_el, f"unknown transport Type {text_of(type_el)!r}: use tcp or tcps.{hint}")
             continue
         protocol = _protocol(reader, el, name, where, custom_protocols)
         if protocol == "":  # accepted but not served
@@ -200,12 +230,52 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
         assert name is not None and address is not None and protocol is not None
         assert max_size is not None and buffer is not None
         assert logon_timeout is not None and idle_timeout is not None and max_depth is not None
-        result.append(TransportConfig(name=name, type="tcp", host=address[0], port=address[1],
+        tls = _tls(reader, el, name, type_ == "tcps")
+        if type_ == "tcps" and tls is None:
+            continue
+        authentication, entitlement = _security(reader, el)
+        result.append(TransportConfig(name=name, type=type_ or "tcp", host=address[0], port=address[1],
                                       protocol=protocol, message_type=message_type,
                                       max_message_size=max_size, client_buffer=buffer,
                                       logon_timeout=logon_timeout, idle_timeout=idle_timeout,
-                                      max_message_depth=max_depth, where=where))
+                                      max_message_depth=max_depth, where=where,
+                                      authentication=authentication, entitlement=entitlement, tls=tls))
     return tuple(result)
+
+
+_TLS_ELEMENTS = ("Certificate", "PrivateKey", "CAFile", "CAPath", "VerifyClient", "Ciphers")
+
+
+def _tls(reader: Reader, el: etree._Element, name: str, secure: bool) -> TlsConfig | None:
+    """The TLS settings of a ``tcps`` transport; ``None`` for ``tcp`` (its TLS elements are warned about) or
+    after an error."""
+    log = reader.log
+    if not secure:
+        for tag in _TLS_ELEMENTS:
+            found = child(el, tag)
+            if found is not None:
+                log.warn(found, f"<{tag}> is ignored on transport {name!r} of Type tcp: write "
+                                "<Type>tcps</Type> to serve TLS")
+        return None
+    certificate = reader.text(el, "Certificate")
+    private_key = reader.text(el, "PrivateKey")
+    verify = reader.boolean(el, "VerifyClient", False)
+    ca_file, ca_path = reader.text(el, "CAFile"), reader.text(el, "CAPath")
+    ok = verify is not None
+    for tag, value in (("Certificate", certificate), ("PrivateKey", private_key)):
+        if value is None:
+            if child(el, tag) is None:
+                log.error(el, f"tcps transport {name!r} has no <{tag}>: add the PEM file")
+            ok = False
+    if verify and ca_file is None and ca_path is None:
+        log.error(child(el, "VerifyClient"), f"tcps transport {name!r} verifies client certificates but has "
+                  "no <CAFile> or <CAPath> to verify them against")
+        ok = False
+    if not ok:
+        return None
+    assert certificate is not None and private_key is not None
+    return TlsConfig(certificate=certificate, private_key=private_key, ca_file=ca_file, ca_path=ca_path,
+                     verify_client=bool(verify), ciphers=reader.text(el, "Ciphers"))
 
 
 def _message_depth(text: str) -> int:

@@ -39,6 +39,7 @@ from broker.memo import Memo
 from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
+from broker.security.runtime import SecurityRuntime
 from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
 from broker.sow.history import PRUNE_SLICE, History
@@ -95,8 +96,14 @@ class Broker:
         self.resolved = resolve_plugins(config, self.plugins)
         for warning in self.resolved.warnings:
             log.warning("%s", warning)
+        assert self.resolved.security is not None
+        #: Authentication and entitlement modules per transport, the audit log and its counters.
+        self.security = SecurityRuntime(config, self.resolved.security)
         #: Administrator actions served by the Admin server (``amps-action-on-admin`` adds to it).
-        self.admin_actions: dict[str, Any] = {}
+        self.admin_actions: dict[str, Any] = {
+            f"authorization/{kind}/reset": partial(self._reset_security, kind)
+            for kind in ("authentication", "entitlement")
+        }
         #: Set by :meth:`request_stop` (an action asked for a clean shutdown); the CLI waits on it.
         self.stop_requested = trio.Event()
         self.stop_reason = ""
@@ -410,6 +417,35 @@ class Broker:
         return ("AMPS over WebSocket is served by " + ", ".join(ports)
                 + " (ws://host:port/amps/json)")
 
+    def reload_security(self, kind: str) -> str:
+        """Re-read the files of the ``authentication`` or ``entitlement`` modules (SIGHUP action, Admin).
+
+        After an entitlement reload, each logged-on client whose grants changed is disconnected, so its
+        subscriptions are placed again under the new rules (none keeps a filter it is no longer held to).
+
+        Raises:
+            BrokerError: a new file is unusable; its module keeps the old rules.
+        """
+        lines = self.security.reload(kind)
+        closed = 0
+        if kind == "entitlement":
+            for session in list(self.sessions):
+                if session.identity is None:
+                    continue
+                grants = session._entitlements.grants(session.identity)
+                if grants != session.grants:
+                    closed += 1
+                    session.close("its entitlements changed", "entitlement_change_disconnects")
+        summary = "; ".join(lines) or f"no {kind} module reads files"
+        if closed:
+            summary += f"; {closed} client(s) whose entitlements changed were disconnected"
+        log.info("%s reloaded: %s", kind, summary)
+        return summary
+
+    async def _reset_security(self, kind: str) -> str:
+        """``/amps/administrator/authorization/<kind>/reset``: :meth:`reload_security`."""
+        return self.reload_security(kind)
+
     def request_stop(self, reason: str) -> None:
         """Ask for a clean shutdown (``amps-action-do-shutdown``): whoever runs the broker (the CLI) stops it
         as it would on SIGTERM."""
@@ -441,7 +477,9 @@ class Broker:
 
         self.admin_port = await nursery.start(
             partial(serve_admin, admin_actions=self.admin_actions, interval=admin.interval,
-                    console=ConsoleView(self.websocket_endpoints)),
+                    console=ConsoleView(self.websocket_endpoints),
+                    security=self.security, authenticator=self.security.admin, realm=admin.realm,
+                    anonymous_paths=admin.anonymous_paths),
             admin.host, admin.port, self.sample_statistics)
         log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
 
@@ -544,7 +582,11 @@ class Broker:
                 "sequence_jumps_refused": self.counters["sequence_jumps_refused"],
                 "connections_closed": {"logon_timeout": self.counters["logon_timeouts"],
                                        "idle_timeout": self.counters["idle_timeouts"],
-                                       "duplicate_name": self.counters["duplicate_name_disconnects"]},
+                                       "duplicate_name": self.counters["duplicate_name_disconnects"],
+                                       "logons_refused": self.counters.get("logons_refused_disconnects", 0),
+                                       "entitlement_change": self.counters.get("entitlement_change_disconnects",
+                                                                               0)},
+                "security_refusals": dict(self.security.statistics()),
                 "memory": {"limit": self.memory.limit, "input_bytes": self.memory.input,
                            "output_bytes": self.memory.output, "frames_refused": self.memory.refused_frames,
                            "consumers_offlined": self.memory.offlined_consumers},

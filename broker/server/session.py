@@ -17,6 +17,7 @@ import trio
 
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
 from broker.engine.sow_subscribe import start_sow
+from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import (
@@ -27,6 +28,7 @@ from broker.protocol import (
     encode_frame,
     encode_sow_records,
 )
+from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Outbound, SlowClient
 from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import read_some, socket_fd
@@ -99,6 +101,15 @@ class Session:
         self._heartbeat_interval: float | None = None
         self._nursery: trio.Nursery | None = None
         self.closed_reason = ""
+        #: The transport's authentication and entitlement modules.
+        self._authenticator, self._entitlements = broker.security.for_transport(transport.name)
+        #: Who the logon proved to be (``None`` before a successful logon).
+        self.identity: Identity | None = None
+        #: What the identity may do; ``None``: everything (no check on any command).
+        self.grants: Any = None
+        self.logons_refused = 0
+        #: Refused commands by kind, for audit-line rate limiting.
+        self._refused: dict[str, int] = {}
 
     # -- outbound ------------------------------------------------------------------------------------
     def send(self, header: Mapping[str, Any], body: bytes = b"") -> None:
@@ -117,6 +128,8 @@ class Session:
         all of them but for ``sids``, is encoded once (:class:`DeliveryTemplate`) and reused.
         """
         global _template_key, _template
+        if command == "oof" and self.grants is not None and body:
+            body, reason = self._oof_entitled(topic, body, reason)
         key = (body, topic, command, bm, k, x, reason)
         if key != _template_key:
             _template = DeliveryTemplate("oof" if command == "oof" else "p", topic, body,
@@ -134,6 +147,23 @@ class Session:
             self._offline()
         elif outbound.budget.over:
             self.broker.shed_consumers()
+
+    def _oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
+        """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out
+        without the data and with reason ``entitlement`` (AMPS's), so the state it may not see never leaks."""
+        text = self.grants.read_filter(topic)
+        if text is None:
+            return body, reason
+        try:
+            ok = bool(self.engine.compile_filter(text)(self.message_type_of(topic).parse(body)))
+        except BrokerError:
+            ok = False
+        return (body, reason) if ok else (b"", "entitlement")
+
+    def message_type_of(self, topic: str) -> Any:
+        """The message type of ``topic``: its SOW topic's, else the session's."""
+        sow = self.engine.sow_topics.get(topic)
+        return sow.message_type if sow is not None else self.message_type
 
     def _queue(self, frame: bytes) -> None:
         """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
@@ -337,13 +367,15 @@ class Session:
         self.ack(header, acks, "received")
         try:
             if command == "logon":
-                self._logon(header, acks)
+                await self._logon(header, acks)
                 return
             if not self.logged_on:
                 raise CommandError("logon required", f"{command!r} before logon")
             handler = _HANDLERS.get(command)
             if handler is None:
                 raise CommandError("invalid command", f"unknown command {command!r}")
+            if self.grants is not None:
+                header = self._entitled(command, header)
             self.ack(header, acks, "parsed")
             await handler(self, header, body, acks)
         except BrokerError as exc:
@@ -354,6 +386,8 @@ class Session:
         the acks and the coroutine."""
         self.messages_in += 1
         try:
+            if self.grants is not None:
+                self._entitled(command, header)
             seq = header.get("seq")
             if seq:
                 self._check_sequence(seq)
@@ -388,7 +422,101 @@ class Session:
         if "stats" in acks:
             self.ack(header, acks, "stats", reason=exc.reason, now=True)
 
-    def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
+    # -- security ------------------------------------------------------------------------------------
+    def _entitled(self, command: str, header: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Check ``command`` against the identity's grants; returns the header to run it with (a read of a
+        topic with an entitlement filter gets that filter ANDed with its own).
+
+        Raises:
+            CommandError: ``not entitled`` (the official client raises NotEntitledException).
+        """
+        grants = self.grants
+        topic = header.get("topic")
+        if not isinstance(topic, str) or not topic:
+            return header  # the handler reports the missing topic
+        if command in _WRITES:
+            if not grants.can_write(topic):
+                self._refuse("write", topic, f"{command} to {topic!r}")
+            return header
+        if command not in _READS:
+            return header
+        bookmark = header.get("bookmark")
+        if bookmark and command in ("subscribe", "delta_subscribe") and str(bookmark) != _BOOKMARK_NOW and (
+                is_regex_topic(topic) or not grants.can_replay(topic)):
+            self._refuse("replay", topic, f"bookmark replay of {topic!r}")
+        if is_regex_topic(topic):
+            if not grants.reads_everything():
+                self._refuse("read", topic, f"{command} of the regular expression {topic!r} (an identity with "
+                             "per-topic entitlements subscribes to topics by name)")
+            return header
+        if not grants.can_read(topic):
+            self._refuse("read", topic, f"{command} of {topic!r}")
+        allowed = grants.read_filter(topic)
+        if allowed is None:
+            return header
+        own = header.get("filter")
+        if own:
+            if not isinstance(own, str):
+                raise CommandError("bad filter", f"the filter is {type(own).__name__}, not text")
+            self.engine.compile_filter(own)  # a filter must stand on its own before it is combined
+            combined = f"({allowed}) AND ({own})"
+        else:
+            combined = allowed
+        replace = getattr(header, "replace", None)
+        return replace(filter=combined) if replace is not None else {**header, "filter": combined}
+
+    def _refuse(self, what: str, topic: str, detail: str) -> None:
+        """Audit and refuse a command (the audit line is rate-limited per client and kind).
+
+        Raises:
+            CommandError: always, ``not entitled``.
+        """
+        count = self._refused[what] = self._refused.get(what, 0) + 1
+        security = self.broker.security
+        if count <= 10 or count % 1000 == 0:
+            more = f" ({count} such refusals on this connection)" if count > 10 else ""
+            security.refused(what, client=self.name, remote=self.remote,
+                             identity=self.identity.user if self.identity else "", reason=f"{detail}{more}")
+        else:
+            security.refusals[what] += 1
+        raise CommandError("not entitled", f"{self.identity.user if self.identity else '-'} may not {detail}")
+
+    async def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
+        request = LogonRequest(
+            user=_text_field(header.get("user_id")), password=_text_field(header.get("password")),
+            client_name=_text_field(header.get("client_name")), remote=self.remote, transport=self.transport.name)
+        try:
+            for name, value in (("user_id", header.get("user_id")), ("pw", header.get("password")),
+                                ("client_name", header.get("client_name"))):
+                if value is not None and not isinstance(value, str):
+                    raise AuthenticationRefused(f"{name} is a {type(value).__name__}, not text")
+            if request.client_name is not None and len(request.client_name) > MAX_CLIENT_NAME:
+                raise AuthenticationRefused(f"client_name is longer than {MAX_CLIENT_NAME} characters")
+            identity = await self.broker.security.authenticate(self._authenticator, request)
+            grants = self._entitlements.grants(identity)
+        except AuthenticationRefused as exc:
+            self._logon_refused(header, acks, request, str(exc))
+            return
+        self.identity = identity
+        self.grants = grants
+        self._accept_logon(header, acks)
+
+    def _logon_refused(self, header: Mapping[str, Any], acks: frozenset[str], request: LogonRequest,
+                       reason: str) -> None:
+        """Answer a refused logon with AMPS's failure (the client raises AuthenticationException); a session
+        that was logged on is closed, and so is one after :data:`MAX_LOGON_ATTEMPTS` refusals."""
+        self.logons_refused += 1
+        shown_user = request.user if request.user is None or len(request.user) <= 64 else request.user[:64] + "..."
+        shown_name = (request.client_name or "")[:64]
+        self.broker.security.refused("logon", client=shown_name, remote=self.remote, identity=repr(shown_user),
+                                     reason=reason[:300])
+        self.broker.counters["commands_failed"] += 1
+        self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
+        if self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS:
+            self.close("logon refused" if self.logged_on else f"{self.logons_refused} logons refused",
+                       "logons_refused_disconnects")
+
+    def _accept_logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
         if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
             del self.broker.sessions_by_name[self.name]  # logging on again, maybe under another name
         self.name = header.get("client_name") or self.id
@@ -602,6 +730,23 @@ class Session:
             "subscriptions": sum(1 for s in self.engine.router.subscriptions() if s.client is self),
             "queued_bytes": self.outbound.size,
         }
+
+
+#: Commands that need the write entitlement of their topic, and those that need read.
+_WRITES = frozenset({"p", "publish", "delta_publish", "sow_delete"})
+_READS = frozenset({"subscribe", "delta_subscribe", "sow", "sow_and_subscribe", "sow_and_delta_subscribe"})
+#: The bookmark that means "from now on": no replay.
+_BOOKMARK_NOW = "0|1|"
+#: The failure reason of a refused logon (``AMPS.Reason``'s; the client raises AuthenticationException).
+AUTHENTICATION_FAILURE = "authentication failure"
+#: Refused logons after which a connection is closed.
+MAX_LOGON_ATTEMPTS = 3
+#: The longest client name accepted at logon.
+MAX_CLIENT_NAME = 1024
+
+
+def _text_field(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 #: Commands :meth:`Session._publish_now` applies directly when they ask for no ack.

@@ -1,5 +1,7 @@
 """TCP transports: listen on a Transport's InetAddr and run a session per connection (AMPS over TCP, or
-over WebSocket for ``<Protocol>websocket</Protocol>``: :mod:`broker.server.websocket`)."""
+over WebSocket for ``<Protocol>websocket</Protocol>``: :mod:`broker.server.websocket`). ``tcps`` transports
+wrap each connection in TLS first (:mod:`broker.security.tls`), whatever the protocol: a websocket transport
+of Type tcps serves ``wss://``."""
 
 from __future__ import annotations
 
@@ -39,8 +41,14 @@ async def serve_transport(
             f"{transport.host}:{transport.port}: {exc.strerror}.{hint}"
         ) from None
     addresses = [listener.socket.getsockname()[:2] for listener in listeners]
+    context = None
+    if transport.tls is not None:
+        from broker.security.tls import handshake, server_context
+
+        context = server_context(transport.tls, f"Transport {transport.name!r} ({transport.where})")
     for addr in addresses:
-        log.info("Transport %s listening on %s:%s (%s)", transport.name, addr[0], addr[1], transport.protocol)
+        log.info("Transport %s listening on %s:%s (%s%s)", transport.name, addr[0], addr[1], transport.protocol,
+                 ", TLS" if context is not None else "")
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
@@ -49,14 +57,19 @@ async def serve_transport(
         except OSError:
             remote = "?"
         session_stream: trio.abc.Stream = stream
+        if context is not None:
+            secure = trio.SSLStream(stream, context, server_side=True)
+            if not await handshake(secure, remote, transport.name, transport.logon_timeout):
+                return
+            session_stream = secure
         if transport.protocol == "websocket":
-            ws = await accept_websocket(stream, broker, transport, remote)
+            ws = await accept_websocket(session_stream, broker, transport, remote)
             if ws is None:
                 return
             session_stream = ws
         try:
             session = Session(session_stream, broker, transport, remote)
-            if session_stream is not stream and ws.ws.message_type and transport.message_type is None:
+            if transport.protocol == "websocket" and ws.ws.message_type and transport.message_type is None:
                 session.message_type = broker.message_type(ws.ws.message_type)  # the URI's /amps/json
             await session.run()
         except Exception:  # a bug in one session must not take down the listener or other clients

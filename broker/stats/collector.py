@@ -102,6 +102,10 @@ METRICS: tuple[MetricSpec, ...] = (
           "Client connections the broker closed, by reason: logon_timeout (no logon within the Transport's "
           "LogonTimeout), idle_timeout (nothing received within IdleTimeout), duplicate_name (another "
           "connection logged on with the same client name).", "reason"),
+    _spec("broker_security_refusals_total", "counter",
+          "Refusals by the authentication and entitlement modules, by what was refused: logon (a logon's "
+          "credentials), read, write, replay (a command the identity is not entitled to), admin (an Admin "
+          "request without valid credentials). Each also writes a broker.audit log line.", "what"),
     _spec("broker_subscriptions", "gauge", "Current subscriptions, by kind.", "kind"),
     _spec("broker_paginated_subscriptions", "gauge",
           "Paginated sow_and_subscribe windows (top_n with skip_n) currently live."),
@@ -253,6 +257,7 @@ class BrokerCollector(Collector):
                          ("frame_refused", memory.get("frames_refused", 0))])
         yield _labelled("broker_connections_closed_total",
                         sorted(counters.get("connections_closed", {}).items()))
+        yield _labelled("broker_security_refusals_total", sorted(counters.get("security_refusals", {}).items()))
         yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
         pagination = snap["pagination"]
         yield _scalar("broker_paginated_subscriptions", pagination["paginated_subscriptions"])

@@ -90,6 +90,8 @@ class Counters(TypedDict):
     # connections closed by the broker, by cause: "logon_timeout" (no logon within <LogonTimeout>),
     # "idle_timeout" (nothing received within <IdleTimeout>), "duplicate_name" (another logon took the name)
     connections_closed: dict[str, int]
+    # refusals by the security modules, by what: "logon", "read", "write", "replay", "admin"
+    security_refusals: dict[str, int]
     # <TotalMessageMemoryLimit>: "limit", the bytes buffered now ("input_bytes": frames being received,
     # "output_bytes": outbound queues), and the refusals ("frames_refused", "consumers_offlined")
     memory: dict[str, int]
@@ -279,6 +281,7 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
             "publishes_refused": {"journal": 0, "storage": 0},
             "sequence_jumps_refused": 0,
             "connections_closed": {"logon_timeout": 0, "idle_timeout": 0, "duplicate_name": 0},
+            "security_refusals": {"logon": 0, "read": 0, "write": 0, "replay": 0, "admin": 0},
             "memory": {"limit": 0, "input_bytes": 0, "output_bytes": 0, "frames_refused": 0,
                        "consumers_offlined": 0},
         },

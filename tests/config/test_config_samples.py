@@ -38,7 +38,10 @@ def test_quickstart_loads() -> None:
 def test_full_loads_and_uses_every_supported_section() -> None:
     config = load_config(REPO / "configs" / "full.xml", env={})
     assert config.warnings == ()
-    assert [t.name for t in config.transports] == ["json-tcp", "local-any", "js-ws"]
+    assert [t.name for t in config.transports] == ["json-tcp", "local-any", "json-tls", "js-ws"]
+    assert config.transports[2].tls is not None and config.transports[2].tls.verify_client
+    assert config.authentication.module == "password-file" and config.entitlement.module == "entitlement-file"
+    assert config.admin.anonymous_paths == "^/metrics$" and config.admin.realm == "broker-full"
     topics = {t.name: t for t in config.sow_topics}
     assert topics["positions"].history is not None and topics["orders"].expiration == 7 * 86400
     assert topics["order-amendments"].key_generator.module == "chaining"
@@ -48,8 +51,8 @@ def test_full_loads_and_uses_every_supported_section() -> None:
     assert topics["quotes"].where.file.endswith("include/full-topics.xml")
     assert topics["instruments"].message_type == "xml" and topics["instruments"].expiration == 0.0
     assert config.transaction_log.journal_archive_directory == "./data/full/archive"
-    assert len(config.actions) == 4
-    assert [k for k, _ in config.actions[2].steps] == ["if", "do", "do"]
+    assert len(config.actions) == 5
+    assert [k for k, _ in config.actions[3].steps] == ["if", "do", "do"]
     assert "<!-- Start <Include>" in config.expanded_xml
 
 

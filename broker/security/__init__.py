@@ -1,0 +1,139 @@
+"""Authentication and entitlements: the objects the broker asks "who is this?" and "may they?".
+
+An *authentication module* (hook ``broker_register_authentication``) turns a logon's user, password (or
+token) and client name into an :class:`Identity`, or refuses it with :class:`AuthenticationRefused`. An
+*entitlement module* (hook ``broker_register_entitlements``) turns an identity into :class:`Grants`: may it
+read, write, replay a topic, and which records of a topic it may see (a content filter). Both are chosen in
+the config with AMPS's ``<Authentication>`` / ``<Entitlement>`` (``<Module>`` + ``<Options>``), for the
+instance and per transport; ``docs/security.md`` is the user's guide.
+
+Modules are called rarely and off the hot path: ``authenticate`` once per logon, in a worker thread (it may
+be slow on purpose: salted slow hashes); ``grants`` once per logon on the event loop (cheap: compile and
+cache per identity). The session keeps the grants and asks them per command; a topic's answers are
+memoised per session.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from broker.errors import BrokerError
+
+__all__ = [
+    "ALLOW_ALL_AUTHENTICATION",
+    "ALLOW_ALL_ENTITLEMENT",
+    "AuthenticationRefused",
+    "Authenticator",
+    "Entitlements",
+    "Grants",
+    "Identity",
+    "LogonRequest",
+]
+
+#: AMPS's names of the built-in modules that accept every logon and entitle every command.
+ALLOW_ALL_AUTHENTICATION = "amps-default-authentication-module"
+ALLOW_ALL_ENTITLEMENT = "amps-default-entitlement-module"
+
+
+class AuthenticationRefused(BrokerError):
+    """A logon is refused. The message is for the audit log (never the password); the client only hears
+    AMPS's ``authentication failure``."""
+
+
+@dataclass(frozen=True)
+class LogonRequest:
+    """What a logon says about who it is.
+
+    Attributes:
+        user: ``user_id`` from the logon (``None`` when the client sent none).
+        password: ``pw``: a password or a token (``None`` when absent). Never log it.
+        client_name: ``client_name``.
+        remote: The peer address (``host:port``), for modules that restrict by address.
+        transport: The name of the transport the client connected through (``"admin"`` for the Admin port).
+    """
+
+    user: str | None
+    password: str | None = field(default=None, repr=False)
+    client_name: str | None = None
+    remote: str = ""
+    transport: str = ""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a connection is, once its logon is accepted.
+
+    Attributes:
+        user: The authenticated user name (entitlements are looked up by it).
+        groups: Groups the authentication module knows the user to be in (entitlement files may add more).
+    """
+
+    user: str
+    groups: frozenset[str] = frozenset()
+
+
+class Authenticator(abc.ABC):
+    """An authentication module's object (what its registered factory returns)."""
+
+    #: ``False`` only for a module that accepts everyone (the broker then warns about open transports).
+    checks_credentials: bool = True
+
+    @abc.abstractmethod
+    def authenticate(self, request: LogonRequest) -> Identity:
+        """Accept the logon with an identity, or refuse it.
+
+        Called in a worker thread (it may block: slow hashes, a directory server); at most a few at a time.
+
+        Raises:
+            AuthenticationRefused: the logon is refused; the message says why, for the audit log.
+        """
+
+    def reload(self) -> str:
+        """Re-read whatever the module reads from files (SIGHUP action, ``amps-action-do-reset-authentication``,
+        ``/amps/administrator/authorization/authentication/reset``); returns a line for the log.
+
+        Raises:
+            BrokerError: the new files are unusable; the module keeps what it had.
+        """
+        return "nothing to reload"
+
+
+class Grants(abc.ABC):
+    """What one identity may do. Answers must be pure functions of the topic (sessions memoise them)."""
+
+    @abc.abstractmethod
+    def can_read(self, topic: str) -> bool:
+        """May it subscribe to / query ``topic``?"""
+
+    @abc.abstractmethod
+    def can_write(self, topic: str) -> bool:
+        """May it publish to / delete from ``topic``?"""
+
+    @abc.abstractmethod
+    def can_replay(self, topic: str) -> bool:
+        """May it replay ``topic`` from the transaction log (a bookmark subscription)?"""
+
+    def read_filter(self, topic: str) -> str | None:
+        """A content filter restricting which messages and SOW records of ``topic`` it sees (``None``: all)."""
+        return None
+
+    def reads_everything(self) -> bool:
+        """Whether it may read every topic without a filter (then regex topics need no per-topic answer)."""
+        return False
+
+
+class Entitlements(abc.ABC):
+    """An entitlement module's object (what its registered factory returns)."""
+
+    @abc.abstractmethod
+    def grants(self, identity: Identity) -> Grants | None:
+        """The grants of ``identity``; ``None``: everything is allowed (the session skips every check)."""
+
+    def reload(self) -> str:
+        """Re-read the module's files; returns a line for the log.
+
+        Raises:
+            BrokerError: the new files are unusable; the module keeps what it had.
+        """
+        return "nothing to reload"

@@ -1,0 +1,1 @@
+"""Built-in authentication and entitlement modules (see ``docs/security.md``)."""
