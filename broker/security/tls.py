@@ -71,8 +71,8 @@ async def handshake(stream: trio.SSLStream[Any], remote: str, transport: str, ti
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             cause = exc.__cause__ or exc
-            log.warning("TLS handshake from %s on transport %s failed: %s", remote, transport,
-                        getattr(cause, "reason", None) or cause)
+            detail = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or cause
+            log.warning("TLS handshake from %s on transport %s failed: %s", remote, transport, detail)
     if scope.cancelled_caught:
         log.warning("TLS handshake from %s on transport %s did not finish within %gs", remote, transport, timeout)
     await trio.aclose_forcefully(stream)

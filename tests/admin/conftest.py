@@ -318,7 +318,8 @@ def _prometheus_binary() -> str | None:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusServer]]:
-    """Launcher for real Prometheus servers: ``start(["127.0.0.1:8085"], metrics_path="/metrics")``.
+    """Launcher for real Prometheus servers: ``start(["127.0.0.1:8085"], metrics_path="/metrics",
+    basic_auth=("user", "password"))``.
 
     Skips the test when no ``prometheus`` binary is installed (CI installs Debian's ``prometheus``
     package; ``BROKER_PROMETHEUS_BIN`` overrides the path). Servers scrape every second, keep their
@@ -329,13 +330,19 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[..., PrometheusServer]]:
         pytest.skip("the prometheus binary is not installed (apt-get install prometheus; CI installs it)")
     started: list[PrometheusServer] = []
 
-    def start(targets: list[str], *, metrics_path: str = "/metrics") -> PrometheusServer:
+    def start(targets: list[str], *, metrics_path: str = "/metrics",
+              basic_auth: tuple[str, str] | None = None) -> PrometheusServer:
         n = len(started)
         config = tmp_path / f"prometheus-{n}.yml"
+        auth = ""
+        if basic_auth is not None:
+            auth = (f"    basic_auth:\n      username: {json.dumps(basic_auth[0])}\n"
+                    f"      password: {json.dumps(basic_auth[1])}\n")
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: broker\n"
             f"    metrics_path: {json.dumps(metrics_path)}\n"
+            f"{auth}"
             f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
         )
         port = free_port()
