@@ -193,8 +193,20 @@ TRANSPORT = group(
     *ignored("PerMessageDeflate", note="websocket messages are sent uncompressed (permessage-deflate is not "
              "negotiated)"),
     *ignored("HTTPHeader", "WWWAuthenticate", "TrustedAdmin",
-             note="websocket handshakes carry no extra headers and every client is accepted"),
+             note="websocket handshakes carry no extra headers and are not authenticated; clients "
+             "authenticate at logon (<Authentication>)"),
     repeatable=True,
+)
+
+PROTOCOLS = group(
+    "Protocols", "Named protocols that transports refer to by Name in their <Protocol>.",
+    group("Protocol", "A named protocol: a Transport whose <Protocol> is this Name speaks this Module.",
+          leaf("Name", "text", "The name transports use in <Protocol>.", required=True),
+          leaf("Module", "text", "The protocol spoken: amps or websocket.", required=True),
+          *ignored("WWWAuthenticate", "TrustedAdmin", "HTTPHeader",
+                   note="handshakes carry no extra headers and are not authenticated; clients authenticate "
+                   "at logon (<Authentication>)"),
+          repeatable=True),
 )
 
 MODULE = group(
@@ -342,7 +354,7 @@ ROOT = group(
              repeatable=False),
     *_SLOW_CLIENT, *_SECURITY,
     *ignored("Tuning", "Externals", "UserDefinedFunctions", note="not applicable to the broker"),
-    *ignored("Protocols", note="custom header protocols are not supported"),
+    PROTOCOLS,
     *ignored("MessageTypes", note="the built-in json, xml and binary message types are used"),
     LOGGING,
     *ignored("Replication", note="replication is not supported yet"),

@@ -179,7 +179,9 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
     log = reader.log
     result: list[TransportConfig] = []
     names: dict[str, Where] = {}
-    custom_protocols = {text_of(n) for p in children(root, "Protocols") for proto in children(p, "Protocol")
+    # <Protocols><Protocol><Name>my-ws</Name><Module>websocket</Module>: a transport's <Protocol>my-ws</Protocol>.
+    custom_protocols = {text_of(n): text_of(child(proto, "Module")) if child(proto, "Module") is not None else ""
+                        for p in children(root, "Protocols") for proto in children(p, "Protocol")
                         for n in children(proto, "Name")}
     for el in (t for ts in children(root, "Transports") for t in children(ts, "Transport")):
         where = reader.where(el)
@@ -288,8 +290,9 @@ def _message_depth(text: str) -> int:
 
 
 def _protocol(reader: Reader, el: etree._Element, name: str | None, where: Where,
-              custom: set[str]) -> str | None:
-    """``"amps"``; ``""`` for a known protocol the broker does not serve (warned); ``None`` on error."""
+              custom: dict[str, str]) -> str | None:
+    """``"amps"`` or ``"websocket"`` (a ``<Protocols>`` name stands for its Module); ``""`` for a known
+    protocol the broker does not serve (warned); ``None`` on error."""
     log = reader.log
     proto_el = child(el, "Protocol")
     if proto_el is None:
@@ -299,14 +302,16 @@ def _protocol(reader: Reader, el: etree._Element, name: str | None, where: Where
     lowered = proto.lower()
     if lowered in SUPPORTED_PROTOCOLS:
         return SUPPORTED_PROTOCOLS[lowered]
+    if custom.get(proto, "").lower() in SUPPORTED_PROTOCOLS:
+        return SUPPORTED_PROTOCOLS[custom[proto].lower()]
     if lowered in UNSUPPORTED_PROTOCOLS or proto in custom:
         log.drop_warnings_under(where.path)
         log.warn(el, f"transport {name or '?'!r} with Protocol {proto!r} is not supported yet and is "
-                     "ignored (only amps is served)")
+                     "ignored (amps and websocket are served)")
         return ""
     close = suggestion(lowered, [*SUPPORTED_PROTOCOLS, *UNSUPPORTED_PROTOCOLS])
     hint = f" Did you mean {close!r}?" if close else ""
-    log.error(proto_el, f"unknown Protocol {proto!r}: use amps.{hint}")
+    log.error(proto_el, f"unknown Protocol {proto!r}: use amps or websocket.{hint}")
     return None
 
 

@@ -366,8 +366,15 @@ def test_ignored_sections_with_includes_still_load(write) -> None:
      "<FileName>f</FileName><SlabSize>5MB</SlabSize><HashIndex><Key>/a</Key></HashIndex></Topic></SOW>",
      lambda c: (c.sow_topics[0].message_type, c.sow_topics[0].durability, c.sow_topics[0].file_name) == (
          "json", "transient", None) and len(c.warnings) == 3),
+    ("<Protocols><Protocol><Name>ws-proxy</Name><Module>websocket</Module><TrustedAdmin>true</TrustedAdmin>"
+     "</Protocol><Protocol><Name>old</Name><Module>fix</Module></Protocol></Protocols><Transports><Transport>"
+     "<Name>w</Name><Type>tcp</Type><InetAddr>9008</InetAddr><Protocol>ws-proxy</Protocol></Transport><Transport>"
+     "<Name>f</Name><Type>tcp</Type><InetAddr>9009</InetAddr><Protocol>old</Protocol></Transport></Transports>",
+     lambda c: [(t.name, t.protocol) for t in c.transports] == [("w", "websocket")]
+     and sorted(w.message.split(" ")[0] for w in c.warnings) == ["<TrustedAdmin>", "transport"]),
 ], ids=["legacy-topic-metadata", "admin-without-address", "websocket-served", "journal-floor",
-        "txlog-defaults", "port-zero", "module-options", "chaining-alias", "case-and-ignored"])
+        "txlog-defaults", "port-zero", "module-options", "chaining-alias", "case-and-ignored",
+        "named-protocols"])
 def test_good_configs(write, body: str, check) -> None:
     config = load_config(write("c.xml", f"<AMPSConfig><Name>n</Name>{body}</AMPSConfig>"), env={})
     assert check(config), (config, config.warnings)

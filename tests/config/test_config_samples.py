@@ -38,7 +38,9 @@ def test_quickstart_loads() -> None:
 def test_full_loads_and_uses_every_supported_section() -> None:
     config = load_config(REPO / "configs" / "full.xml", env={})
     assert config.warnings == ()
-    assert [t.name for t in config.transports] == ["json-tcp", "local-any", "json-tls", "js-ws"]
+    assert [(t.name, t.protocol) for t in config.transports] == [
+        ("json-tcp", "amps"), ("local-any", "amps"), ("json-tls", "amps"), ("js-ws", "websocket"),
+        ("proxied-ws", "websocket")]
     assert config.transports[2].tls is not None and config.transports[2].tls.verify_client
     assert config.authentication.module == "password-file" and config.entitlement.module == "entitlement-file"
     assert config.admin.anonymous_paths == "^/metrics$" and config.admin.realm == "broker-full"
