@@ -6,9 +6,15 @@ asserts on the JSON the script printed: what the client's message handlers recei
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
-from broker.testing.process import BrokerProcess
+import pytest
+
+from broker.testing.process import BrokerProcess, free_port, wait_for_port
 
 from .conftest import run_node
 
@@ -72,3 +78,30 @@ def test_xml_over_the_binary_data_mode(amps_js, ws_broker) -> None:
     out = scenario(amps_js, ws_broker, "xml_binary_mode", "xmlt")
     assert [(r["c"], r["binary"], r["data"]) for r in out["got"]] == [
         ("p", True, "<order><id>2</id><qty>10</qty></order>"), ("p", True, "<order><id>end</id><qty>99</qty></order>")]
+
+
+def test_wss_on_a_tcps_websocket_transport(amps_js, tmp_path: Path) -> None:
+    """A websocket transport of Type tcps serves wss:// (the TLS of tcps transports, then WebSocket)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    port, wss_port = free_port(), free_port()
+    config = tmp_path / "wss.xml"
+    config.write_text(f"""<AMPSConfig><Name>wss</Name><Transports>
+      <Transport><Name>tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr><Protocol>amps</Protocol></Transport>
+      <Transport><Name>wss</Name><Type>tcps</Type><InetAddr>127.0.0.1:{wss_port}</InetAddr><Protocol>websocket</Protocol>
+        <Certificate>{cert}</Certificate><PrivateKey>{key}</PrivateKey></Transport>
+    </Transports></AMPSConfig>""")
+    with BrokerProcess(config, port, cwd=tmp_path) as broker:
+        wait_for_port(wss_port)  # listens right after the tcp transport
+        done = subprocess.run(["node", str(Path(__file__).with_name("scenarios.js")), "subscribe_filter",
+                               f"wss://localhost:{wss_port}/amps/json", "secure"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "AMPS_JS": str(amps_js), "NODE_EXTRA_CA_CERTS": str(cert)},
+                              check=False)
+        out = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {"failed": done.stderr}
+        assert "failed" not in out, (out, broker.log())
+        assert [r["data"]["id"] for r in out["got"]] == [10, 20, "end"]
+        assert "Transport wss listening on 127.0.0.1" in broker.log() and "websocket, TLS" in broker.log()
