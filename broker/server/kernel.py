@@ -367,18 +367,22 @@ class Broker:
             for topic in topics:
                 history = topic.history
                 assert history is not None
-                pruned = 0
+                pruned = slices = 0
+                began = time.monotonic()
                 try:
                     while True:
                         handled = history.prune(time.time_ns())
                         pruned += handled
+                        slices += 1
                         if handled < PRUNE_SLICE:
                             break
                         await trio.sleep(0)  # let publishes and queries run between slices
                 except BrokerError as exc:
                     log.error("SOW topic %s: pruning history failed (%s); retrying", topic.name, exc)
                 if pruned:
-                    log.debug("SOW topic %s: pruned %d versions older than the Window", topic.name, pruned)
+                    (log.info if slices > 1 else log.debug)(
+                        "SOW topic %s: pruned %d history entries older than the Window in %d slices, %.2fs",
+                        topic.name, pruned, slices, time.monotonic() - began)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled: side tasks, then the listeners. Reports the bound addresses."""

@@ -304,18 +304,21 @@ class HistoricalReplay:
         bound = self.bounds.get(rec.topic)
         if bound is None or rec.timestamp_ns <= bound:
             return None
+        publish = rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH)
+        if not self.sub.oof:  # only out-of-focus notices need to know what was in scope
+            return ("", b"") if publish and self._matches(rec.topic, rec.data) else None
         key = rec.sow_key.decode()
         slot = (rec.topic, key)
-        if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
+        if publish:
             if self._matches(rec.topic, rec.data):
                 self.focus[slot] = rec.data
                 return ("", b"")
             was = self._in_focus(rec.topic, key)
             self.focus[slot] = None
-            return ("match", was) if was is not None and self.sub.oof else None
+            return ("match", was) if was is not None else None
         was = self._in_focus(rec.topic, key)
         self.focus[slot] = None
-        if was is None or not self.sub.oof:
+        if was is None:
             return None
         return ("expired" if rec.command == Command.EXPIRE else "deleted", was)
 

@@ -121,17 +121,19 @@ def test_state_at_points_in_time_around_updates_and_deletes(client, topic) -> No
     publish({"id": 2, "v": 3, "region": "us"})
     states.append((mark(client), dict(current)))
 
-    assert sow(client, topic, stamp(t0)) == []  # before anything was published
+    mine = "/id < 100"  # other tests of this module publish ids from 100 up to the same topic
+    assert sow(client, topic, stamp(t0), filter=mine) == []  # before anything was published
     for t, expected in states:
-        got = sow(client, topic, stamp(t))
+        got = sow(client, topic, stamp(t), filter=mine)
         assert by_id(got) == expected
         assert len(got) == len(expected)  # each once
         eu = [r for r in expected.values() if r["region"] == "eu"]
-        assert by_id(sow(client, topic, stamp(t), filter="/region = 'eu'")) == by_id(eu)
+        assert by_id(sow(client, topic, stamp(t), filter=f"{mine} AND /region = 'eu'")) == by_id(eu)
         ordered = sorted(expected.values(), key=lambda r: (-r["v"], r["id"]))
-        assert sow(client, topic, stamp(t), order_by="/v DESC, /id", top_n=2, batch_size=1) == ordered[:2]
-        assert sow(client, topic, stamp(t), order_by="/v DESC, /id", options="top_n=2,skip_n=1") == ordered[1:3]
-    assert by_id(sow(client, topic)) == current  # the current state, unchanged
+        assert sow(client, topic, stamp(t), filter=mine, order_by="/v DESC, /id", top_n=2, batch_size=1) == ordered[:2]
+        assert sow(client, topic, stamp(t), filter=mine, order_by="/v DESC, /id",
+                   options="top_n=2,skip_n=1") == ordered[1:3]
+    assert by_id(sow(client, topic, filter=mine)) == current  # the current state, unchanged
     assert sow(client, topic, "20000101T000000") == []  # before the Window
 
 
@@ -390,3 +392,24 @@ def test_positions_in_configs_full_answers_historical_queries(tmp_path: Path, cl
         assert sow(client, "positions", stamp(before - minute)) == []  # the boundary before any publish
     finally:
         proc.stop()
+
+
+def test_historical_sow_and_subscribe_without_oof_replays_matching_messages_only(client, make_collector) -> None:
+    client.publish("hist", json.dumps({"id": 300, "v": 1, "on": True}))
+    client.publish("hist", json.dumps({"id": 301, "v": 1, "on": True}))
+    t = mark(client)
+    client.publish("hist", json.dumps({"id": 300, "v": 2, "on": True}))
+    client.publish("hist", json.dumps({"id": 301, "v": 2, "on": False}))  # leaves the filter: no oof asked
+    client.publish("hist", json.dumps({"id": 302, "v": 1, "on": True}))
+    client.publish_flush(5000)
+    got = make_collector()
+    cmd = (AMPS.Command("sow_and_subscribe").set_topic("hist").set_filter("/on = true AND /id >= 300")
+           .set_bookmark(stamp(t)))
+    client.execute_async(cmd, got)
+    got.wait_for(1, command="group_end")
+    client.publish("hist", json.dumps({"id": 303, "v": 1, "on": True}))
+    client.publish_flush(5000)
+    got.wait_for(3, command="publish")
+    assert sorted((r["id"], r["v"]) for r in map(json.loads, got.data("sow"))) == [(300, 1), (301, 1)]
+    assert [(r["id"], r["v"]) for r in map(json.loads, got.data("publish"))] == [(300, 2), (302, 1), (303, 1)]
+    assert got.data("oof") == []
