@@ -52,13 +52,13 @@ def stamp(t_ns: int) -> str:
     return dt.datetime.fromtimestamp(t_ns / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
 
 
-def fill(directory: Path, keys: int, versions: int, base_ns: int) -> tuple[float, int]:
-    """Write ``keys`` x ``versions`` records through SowTopic + History; (seconds, history entries)."""
+def fill(directory: Path, keys: int, versions: int, base_ns: int, *, with_history: bool = True) -> tuple[float, int]:
+    """Write ``keys`` x ``versions`` records through SowTopic (+ History); (seconds, history entries)."""
     path = directory / "sow" / f"{TOPIC}.sow"
     path.parent.mkdir(parents=True, exist_ok=True)
     storage = LevelDBStorage(StorageSpec(topic=TOPIC, path=str(path)))
     history = History(LevelDBStorage(StorageSpec(topic=TOPIC, path=str(path) + ".history", history=True)),
-                      window_ns=3600 * S)
+                      window_ns=3600 * S) if with_history else None
     topic = SowTopic(name=TOPIC, message_type=get_message_type("json"), storage=storage, key_generator=None,
                      history=history)
     started = time.perf_counter()
@@ -72,11 +72,12 @@ def fill(directory: Path, keys: int, versions: int, base_ns: int) -> tuple[float
                 previous = topic.get(key) if v > 1 else None
                 topic.upsert(SowRecord(key, body, ts + k), previous)
         took = time.perf_counter() - started
-        entries = sum(1 for _ in history.storage.scan())
+        entries = sum(1 for _ in history.storage.scan()) if history is not None else 0
         return took, entries
     finally:
         storage.close()
-        history.close()
+        if history is not None:
+            history.close()
 
 
 def query(uri: str, bookmark: str | None, filter_text: str | None) -> tuple[list[int], float]:
@@ -137,9 +138,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-history-"))
     base = time.time_ns() - (versions + 5) * S  # every version inside the 1h Window
     try:
+        ref_versions = min(versions, 2)
+        ref, _ = fill(work / "reference", keys, ref_versions, base, with_history=False)
         took, entries = fill(work, keys, versions, base)
+        per, ref_per = took / (keys * versions) * 1e6, ref / (keys * ref_versions) * 1e6
         print(f"fill: {keys:,} keys x {versions} versions through SowTopic.upsert + History: {took:.1f} s "
-              f"({keys * versions / took:,.0f} upserts/s), {entries:,} history entries")
+              f"({keys * versions / took:,.0f} upserts/s, {per:.1f} us each), {entries:,} history entries")
+        print(f"  reference, no History: {keys:,} keys x {ref_versions} versions: {ref:.1f} s "
+              f"({ref_per:.1f} us per upsert): History costs {per / ref_per:.2f}x per upsert")
 
         def after(v: int) -> int:  # after version v of every key was written, before version v + 1
             return base + v * S + keys + 1000
