@@ -9,6 +9,7 @@ command still being received count against the broker-wide ``<TotalMessageMemory
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,9 @@ class WebSocketStream(trio.abc.Stream):
         self._inbox = b""
         self._reserved = 0
         self._eof = False
+        #: The close frame's code and reason when the broker ends the connection (a Session closes its stream
+        #: with trio.aclose_forcefully, so only a close sent before that reaches the client).
+        self._close: tuple[int, str] = (1000, "")
 
     async def handshake(self, timeout: float) -> bool:
         """Read and answer the HTTP upgrade request; ``False`` when the connection is to be closed."""
@@ -86,7 +90,7 @@ class WebSocketStream(trio.abc.Stream):
     async def aclose(self) -> None:
         self._release()
         try:
-            closing = self.ws.close(1000)
+            closing = self.ws.close(*self._close)
             if closing:
                 with trio.move_on_after(1):
                     await self._write(closing)
@@ -113,6 +117,8 @@ class WebSocketStream(trio.abc.Stream):
         self._inbox += self.ws.amps_data()
         if not self._reserve():
             self._eof = True
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._write(self.ws.close(*self._close))
             return False
         if not data or self.ws.closed:
             self._eof = True
@@ -129,6 +135,7 @@ class WebSocketStream(trio.abc.Stream):
         budget = self.broker.memory
         if need > self._reserved and not budget.fits(need - self._reserved):
             budget.refused_frames += 1
+            self._close = (1009, "the broker's memory limit for client buffers is reached")
             log.warning("websocket client %s closed: a message of %d bytes so far does not fit the broker-wide "
                         "TotalMessageMemoryLimit of %d bytes", self.remote, need, budget.limit)
             self._release()

@@ -185,3 +185,27 @@ def test_a_websocket_client_that_stops_reading_is_offlined_as_a_slow_client(brok
         publisher.close()
         slow.sock.close()
     still_working(witness, 9)
+
+
+def test_a_partial_message_counts_against_the_broker_wide_memory_limit(tmp_path) -> None:
+    """Bytes of a WebSocket message still being received are reserved in TotalMessageMemoryLimit: a message
+    that does not fit closes its connection before more is buffered."""
+    proc = BrokerProcess.from_xml(tmp_path, websocket=True,
+                                  extra="<TotalMessageMemoryLimit>1MB</TotalMessageMemoryLimit>").start()
+    try:
+        sock = opened(proc)
+        chunk = 256 * 1024
+        sock.sendall(masked_frame(Opcode.BINARY, b"m" * chunk, fin=False))
+        for _ in range(6):  # continuation frames: 1.75 MB in all, never finished
+            try:
+                sock.sendall(masked_frame(Opcode.CONTINUATION, b"m" * chunk, fin=False))
+            except OSError:
+                break
+        read_until_closed(sock)  # the close frame (1009) may be lost to a reset: the client was still sending
+        assert "does not fit the broker-wide TotalMessageMemoryLimit" in proc.log()
+        other = WsClient.connect(proc.websocket_port, "after-the-refusal")
+        other.command({"c": "subscribe", "t": "x", "sub_id": "x", "cid": "x", "a": "processed"})
+        assert other.next_message()[0]["status"] == "success"
+        other.close()
+    finally:
+        proc.stop()
