@@ -36,7 +36,13 @@ def test_rates_are_counter_deltas_over_the_time_between_samples() -> None:
                           "queued_bytes": 42}]
     second["subscription_details"] = [{"client": "client-1", "sub_id": "s1", "topic": "orders", "filter": "/a = 1",
                                        "kind": "sow_and_subscribe"}]
+    second["actions"] = {"nightly": {"runs": 3, "failures": 1, "outcomes": {"success": 2, "failure": 1, "skipped": 0,
+                                                                         "busy": 0},
+                                     "last_run_start": 1000.0, "last_run_duration": 0.25, "running": False,
+                                     "trigger_failures": 0}}
     state = view.build(second, taken_at=12.0)
+    assert state["actions"] == [{"name": "nightly", "runs": 3, "failures": 1, "running": False,
+                                 "last_run_start": 1000.0, "last_run_duration": 0.25}]
     (orders,) = state["topics"]
     assert (orders["name"], orders["sow_records"], orders["in_per_sec"], orders["out_per_sec"]) == ("orders", 7, 25.0, 100.0)
     assert (state["totals"]["in_per_sec"], state["totals"]["out_per_sec"], state["interval"]) == (25.0, 100.0, 2.0)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,11 @@ def test_wss_on_a_tcps_websocket_transport(amps_js, tmp_path: Path) -> None:
         assert "failed" not in out, (out, broker.log())
         assert [r["data"]["id"] for r in out["got"]] == [10, 20, "end"]
         assert "Transport wss listening on 127.0.0.1" in broker.log() and "websocket, TLS" in broker.log()
+
+
+def test_install_js_client_command_reports_where_the_client_is(amps_js) -> None:
+    """``broker install-js-client DIR`` (already installed there: npm is not run again)."""
+    done = subprocess.run([sys.executable, "-m", "broker", "install-js-client", str(amps_js)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "amps 5.3.4-0.378635.60b2fcc installed in" in done.stdout and "BROKER_AMPS_JS=" in done.stdout
