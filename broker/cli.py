@@ -65,11 +65,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(config.expanded_xml)
         return 0
     print(f"{args.config}: OK — instance {config.name!r}")
+    security = resolved.security
     for t in config.transports:
         print(f"  transport {t.name}: {t.type} {t.host}:{t.port} protocol {t.protocol}"
               f"{' message type ' + t.message_type if t.message_type else ''}")
+        if security is not None and t.name in security.transports:
+            auth, ent = security.transports[t.name]
+            print(f"    authentication {auth.name}, entitlement {ent.name}"
+                  f"{', TLS' + (' with client certificates' if t.tls.verify_client else '') if t.tls else ''}")
     if config.admin:
-        print(f"  admin: http://{config.admin.host}:{config.admin.port}/")
+        admin_auth = security.admin.name if security is not None and security.admin is not None else "none"
+        print(f"  admin: http://{config.admin.host}:{config.admin.port}/ (authentication {admin_auth})")
     for s in config.sow_topics:
         storage = s.storage_engine + (f" {s.file_name}" if s.file_name else "")
         keys = ",".join(s.keys) or "(user-supplied SowKey)"

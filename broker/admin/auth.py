@@ -79,9 +79,9 @@ class BasicAuth:
         remote = f"{client[0]}:{client[1]}"
         if self.authenticator is None:
             if administrative and not is_loopback(str(client[0])):
-                self.security.refused("admin", client=path[:200], remote=remote, identity="",
-                                      reason="administrator endpoint from a non-loopback client without "
-                                             "<Authentication>")
+                self.security.refused("admin", client="http", remote=remote, identity="",
+                                      reason=f"{path[:200]}: an administrator endpoint from a non-loopback client "
+                                             "without <Authentication>")
                 await _respond(send, 403, b"Administrator endpoints answer loopback clients only unless the Admin "
                                b"server has <Authentication> (docs/security.md).\n")
                 return
@@ -92,15 +92,16 @@ class BasicAuth:
             return
         user, password = _credentials(scope)
         if user is None or password is None:
-            self.security.refused("admin", client=path[:200], remote=remote, identity="", reason="no credentials")
+            self.security.refused("admin", client="http", remote=remote, identity="",
+                                  reason=f"{path[:200]}: no credentials")
             await self._challenge(send)
             return
-        if not await self._accepts(user, password, remote):
+        if not await self._accepts(user, password, remote, path):
             await self._challenge(send)
             return
         await self.app(scope, receive, send)
 
-    async def _accepts(self, user: str, password: str, remote: str) -> bool:
+    async def _accepts(self, user: str, password: str, remote: str, path: str) -> bool:
         assert self.authenticator is not None
         key = hmac.new(self._key, f"{user}\0{password}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         now = self._clock()
@@ -111,7 +112,8 @@ class BasicAuth:
             await self.security.authenticate(self.authenticator, LogonRequest(
                 user=user, password=password, client_name=None, remote=remote, transport="admin"))
         except AuthenticationRefused as exc:
-            self.security.refused("admin", client="", remote=remote, identity=repr(user[:64]), reason=str(exc)[:300])
+            self.security.refused("admin", client="http", remote=remote, identity=repr(user[:64]),
+                                  reason=f"{path[:200]}: {str(exc)[:300]}")
             return False
         if len(self._accepted) >= CACHE_ENTRIES:
             self._accepted.clear()
