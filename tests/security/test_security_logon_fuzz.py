@@ -9,7 +9,6 @@ import socket
 import struct
 import time
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,7 +47,7 @@ def logons(draw: st.DrawFn) -> tuple[dict, tuple]:
 
 
 def frame(header: dict, body: bytes = b"") -> bytes:
-    payload = orjson.dumps(header) + body
+    payload = json.dumps(header).encode() + body  # json: integers beyond 64 bits too
     return struct.pack(">I", len(payload)) + payload
 
 
@@ -97,8 +96,11 @@ def test_arbitrary_logons_never_crash_or_leak(seeded, case) -> None:
         assert b'"region"' not in received, f"a refused logon {logon!r:.200} was shown records"
     elif user == "eu":
         assert b'"US"' not in received and b'"APAC"' not in received
-    elif user == "reader" or user in ("alice", "admin"):
-        assert b'"region"' in received or b'"failure"' in received
+    elif set(logon) <= {"c", "user_id", "pw", "client_name", "cid", "x", "o", "version"} and all(
+            isinstance(v, str) for v in logon.values()):
+        # A well-formed logon with a right pair is served (a field of another type may close the connection
+        # as a protocol error, a mt or a acks that make no sense may fail the logon: both are fine).
+        assert b'"region"' in received
 
 
 def test_the_broker_still_serves_after_the_fuzzing(seeded) -> None:
