@@ -416,7 +416,7 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
     sub.replay_buffer = []
     cut = journal.last_sequence
     bounds = {t.name: t.history.as_of_bound(as_of) for t in topics}
-    snapshots = {t.name: t.history.snapshot(as_of, now) for t in topics}
+    snapshots = {t.name: t.history.snapshot(as_of, now, count=False) for t in topics}
     window = sub.extra.pop("historical_window", None)
     historical: HistoricalReplay | HistoricalPages
     if window is not None:  # paginated: one topic (start_sow refuses more)

@@ -157,10 +157,12 @@ class History:
         return handled
 
     # -- reads -----------------------------------------------------------------------------------------
-    def snapshot(self, t_ns: int, now_ns: int) -> Snapshot:
+    def snapshot(self, t_ns: int, now_ns: int, *, count: bool = True) -> Snapshot:
         """The topic as of ``t_ns``, as a read-only snapshot of SowRecord values by SOW key (what
-        :meth:`broker.sow.topic.SowTopic.query` reads). Empty for a time before the Window."""
-        self.stats.historical_queries += 1
+        :meth:`broker.sow.topic.SowTopic.query` reads). Empty for a time before the Window. ``count``: counts
+        as a historical query (a replay's second snapshot of the same query does not)."""
+        if count:
+            self.stats.historical_queries += 1
         if self.before_window(t_ns, now_ns):
             return EmptySnapshot()
         return HistoricalSnapshot(self.storage.snapshot(), self.as_of_bound(t_ns))

@@ -272,6 +272,9 @@ class SowTopic:
             "deletes": s.deletes,
             "queries": s.queries,
             "expirations": s.expirations,
+            "history_versions_written": self.history.stats.versions_written if self.history else 0,
+            "history_pruned": self.history.stats.pruned if self.history else 0,
+            "historical_queries": self.history.stats.historical_queries if self.history else 0,
         }
 
 

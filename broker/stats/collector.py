@@ -118,6 +118,13 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_sow_updates_total", "counter", "Records updated in a SOW topic.", "topic"),
     _spec("broker_sow_deletes_total", "counter", "Records deleted from a SOW topic.", "topic"),
     _spec("broker_sow_queries_total", "counter", "SOW queries run against a topic.", "topic"),
+    _spec("broker_sow_history_versions_total", "counter",
+          "Versions a SOW topic with History stored (updates replacing one in the same Granularity interval "
+          "included).", "topic"),
+    _spec("broker_sow_history_pruned_total", "counter",
+          "History entries of a SOW topic pruned because they left the Window.", "topic"),
+    _spec("broker_sow_historical_queries_total", "counter",
+          "Point-in-time reads of a SOW topic's history (historical sow, sow_and_subscribe, aggregate).", "topic"),
     _spec("broker_sow_expirations_total", "counter", "Records expired from a SOW topic.", "topic"),
     _spec("broker_oof_total", "counter",
           "Out-of-focus notifications sent, by reason (match, deleted, expired).", "reason"),
@@ -194,7 +201,9 @@ def _histogram(name: str, snapshot: HistogramSnapshot) -> Metric:
     return family
 
 
-def _column(rows: Mapping[str, Mapping[str, int]], key: str) -> list[tuple[str, float]]:
+def _column(rows: Mapping[str, Mapping[str, int]], key: str, default: int | None = None) -> list[tuple[str, float]]:
+    if default is not None:  # a field newer than some snapshot sources
+        return [(label, row.get(key, default)) for label, row in sorted(rows.items())]
     return [(label, row[key]) for label, row in sorted(rows.items())]
 
 
@@ -270,6 +279,9 @@ class BrokerCollector(Collector):
         yield _labelled("broker_sow_updates_total", _column(sow, "updates"))
         yield _labelled("broker_sow_deletes_total", _column(sow, "deletes"))
         yield _labelled("broker_sow_queries_total", _column(sow, "queries"))
+        yield _labelled("broker_sow_history_versions_total", _column(sow, "history_versions_written", default=0))
+        yield _labelled("broker_sow_history_pruned_total", _column(sow, "history_pruned", default=0))
+        yield _labelled("broker_sow_historical_queries_total", _column(sow, "historical_queries", default=0))
         yield _labelled("broker_sow_expirations_total", _column(sow, "expirations"))
         yield _labelled("broker_oof_total", sorted(snap["oof"].items()))
 

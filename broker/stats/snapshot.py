@@ -145,6 +145,9 @@ class SowTopicStats(TypedDict):
     deletes: int
     queries: int
     expirations: int
+    history_versions_written: int  # versions stored for historical queries (0 without <History>)
+    history_pruned: int  # history entries pruned past the Window
+    historical_queries: int  # point-in-time reads (historical sow, sow_and_subscribe, aggregate)
 
 
 class OofCounts(TypedDict):

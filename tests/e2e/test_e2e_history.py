@@ -16,7 +16,9 @@ from pathlib import Path
 
 import AMPS
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -85,9 +87,20 @@ def by_id(rows: list[dict]) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def hist_broker(tmp_path_factory: pytest.TempPathFactory):
-    proc = BrokerProcess.from_xml(tmp_path_factory.mktemp("history"), sow=SOW, transaction_log=TXLOG).start()
+    proc = BrokerProcess.from_xml(tmp_path_factory.mktemp("history"), admin=True, sow=SOW,
+                                  transaction_log=TXLOG).start()
     yield proc
     proc.stop()
+
+
+def sow_metric(proc: BrokerProcess, name: str, topic: str) -> float:
+    """One per-topic SOW metric from the broker's /metrics."""
+    _headers, body = fresh_get(proc.admin_port)
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("topic") == topic:
+                return sample.value
+    raise AssertionError(f"{name}{{topic={topic!r}}} is not in /metrics")
 
 
 @pytest.fixture
@@ -163,7 +176,7 @@ def test_historical_sow_and_subscribe_on_a_topic_without_history_is_a_plain_one(
     assert [json.loads(d)["v"] for d in got.data("publish")] == [3]
 
 
-def test_window_pruning_keeps_the_current_state(client) -> None:
+def test_window_pruning_keeps_the_current_state(client, hist_broker) -> None:
     client.publish("short", json.dumps({"id": 1, "v": 1}))
     client.publish("short", json.dumps({"id": 2, "v": 1}))
     t1 = mark(client)
@@ -176,7 +189,12 @@ def test_window_pruning_keeps_the_current_state(client) -> None:
     while sow(client, "short", stamp(t1)):
         assert time.monotonic() < deadline, "t1 never left the Window"
         time.sleep(0.2)
-    time.sleep(1.0)  # the pruner runs every 0.25s with a 1s Window: let it run several times
+    # The pruner (every 0.25s with a 1s Window) removed the superseded version and the delete.
+    while sow_metric(hist_broker, "broker_sow_history_pruned_total", "short") < 2:
+        assert time.monotonic() < deadline, "nothing was pruned"
+        time.sleep(0.2)
+    assert sow_metric(hist_broker, "broker_sow_history_versions_total", "short") >= 3
+    assert sow_metric(hist_broker, "broker_sow_historical_queries_total", "short") >= 2
     assert sow(client, "short", stamp(t2)) == []  # t2 is before the Window too
     assert sow(client, "short", stamp(time.time_ns())) == [{"id": 1, "v": 2}]
     assert sow(client, "short") == [{"id": 1, "v": 2}]
