@@ -35,9 +35,18 @@ pytestmark = [pytest.mark.timeout(120),
 WAIT = 60  # seconds: a ceiling for positive sentinels, never a sleep
 
 
+#: The websocket transport asks for a password (the TCP one does not): the query panel logs on with it.
+WS_AUTH = ("<Authentication><Module>password-file</Module><Options><PasswordFile>{}</PasswordFile></Options>"
+           "</Authentication>")
+
+
 @pytest.fixture
 def console_broker(tmp_path: Path, amps_js: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess.from_xml(tmp_path, admin=True, websocket=True, sow=SOW, transaction_log=TXLOG)
+    from broker.security.passwords import set_password
+
+    set_password(tmp_path / "users.passwd", "viewer", "viewer-pw")
+    proc = BrokerProcess.from_xml(tmp_path, admin=True, websocket=True, sow=SOW, transaction_log=TXLOG,
+                                  websocket_extra=WS_AUTH.format((tmp_path / "users.passwd").as_posix()))
     proc.start(env={"BROKER_AMPS_JS": str(amps_js)})
     yield proc
     proc.stop()
@@ -98,6 +107,11 @@ def test_console_shows_live_rates_and_a_query_whose_records_appear_change_and_le
         # The console redraws its tables every second: an element found may be replaced before it is read.
         wait = WebDriverWait(browser, WAIT, ignored_exceptions=(StaleElementReferenceException,))
 
+        def records(d) -> list[dict]:
+            cells = d.execute_script(
+                "return [...document.querySelectorAll('#query-results tbody tr td:last-child')].map(c => c.textContent)")
+            return [json.loads(c) for c in cells]
+
         def text(selector: str) -> str:
             return browser.execute_script("const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
                                           selector)
@@ -111,15 +125,18 @@ def test_console_shows_live_rates_and_a_query_whose_records_appear_change_and_le
         wait.until(lambda d: float(text('#topics tr[data-topic="prices"] .in-rate').replace(",", "") or 0) > 0)
         assert int(text('#topics tr[data-topic="prices"] .sow-records').replace(",", "")) > 0
 
-        # The query panel: a filtered sow_and_subscribe through the JavaScript client over WebSocket.
+        # The query panel: a filtered sow_and_subscribe through the JavaScript client over WebSocket, which
+        # logs on with a password (a wrong one is refused first).
         browser.find_element(By.ID, "query-topic").send_keys("orders")
         browser.find_element(By.ID, "query-filter").send_keys('/state = "open"')
+        browser.find_element(By.ID, "query-user").send_keys("viewer")
+        browser.find_element(By.ID, "query-password").send_keys("wrong")
         browser.find_element(By.ID, "query-run").click()
-
-        def records(d) -> list[dict]:
-            cells = d.execute_script(
-                "return [...document.querySelectorAll('#query-results tbody tr td:last-child')].map(c => c.textContent)")
-            return [json.loads(c) for c in cells]
+        wait.until(lambda d: "failed" in text("#query-status"))
+        assert records(browser) == []
+        browser.find_element(By.ID, "query-password").clear()
+        browser.find_element(By.ID, "query-password").send_keys("viewer-pw")
+        browser.find_element(By.ID, "query-run").click()
 
         wait.until(lambda d: sorted(r["id"] for r in records(d)) == [1, 2])
         wait.until(lambda d: "live" in text("#query-status"))

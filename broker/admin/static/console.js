@@ -162,8 +162,11 @@ async function run(event) {
   const filter = $('#query-filter').value.trim() || undefined;
   const mode = $('#query-mode').value;
   if (!topic) { status('Name a topic.'); return; }
-  const uri = `ws://${location.hostname}:${websockets[0].port}/amps/json`;
-  status(`connecting to ${uri}…`);
+  const user = $('#query-user').value.trim();
+  const credentials = user ? `${encodeURIComponent(user)}:${encodeURIComponent($('#query-password').value)}@` : '';
+  const where = `${location.hostname}:${websockets[0].port}/amps/json`;
+  const uri = `ws://${credentials}${where}`;  // the client logs on with the URI's user and password
+  status(`connecting to ws://${user ? `${user}@` : ''}${where}…`);
   try {
     client = new window.amps.Client(`console-${Date.now()}`);
     client.errorHandler((e) => status(`error: ${e.message || e}`));
