@@ -215,7 +215,20 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print("    key generator: none (publishers send the SowKey)")
         else:
             show("key generator", chosen.key_generator)
+        if topic.history is not None:
+            where = (f" in {chosen.storage.name} at {topic.file_name}.history"
+                     if topic.file_name and chosen.storage.name != "memory" else f" in {chosen.storage.name}")
+            print(f"    history: Window {_interval(topic.history.window)}, Granularity "
+                  f"{_interval(topic.history.granularity)}{where}")
     return 0
+
+
+def _interval(seconds: float) -> str:
+    """``604800.0`` -> ``7d``, ``60.0`` -> ``1m``, ``0.5`` -> ``0.5s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def cmd_journal(args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ TOPICS = """
       <Name>blobs</Name>
       <MessageType>json</MessageType>
       <FileName>./sow/%n.sow</FileName>
+      <History><Window>7d</Window><Granularity>1m</Granularity></History>
     </Topic>
 """
 
@@ -110,6 +111,7 @@ def test_plugins_shows_each_topics_storage_and_key_generator_with_their_options(
         "      write_buffer_size = 16777216 (default)",
         "      bloom_filter_bits = 10 (default)",
         "    key generator: none (publishers send the SowKey)",
+        "    history: Window 7d, Granularity 1m in leveldb at ./sow/blobs.sow.history",
     ]
     storage_engines = section(out.stdout, "storage engines:")
     assert any(line.split()[:3] == ["counting", "from", "counting"] for line in storage_engines)
