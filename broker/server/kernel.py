@@ -415,7 +415,8 @@ class Broker:
     def websocket_hint(self) -> str:
         """Where a client speaking WebSocket should connect: the websocket transports' ports, or that there
         is none (the log line for an HTTP request on an AMPS TCP port)."""
-        ports = [f"{t.name} on port {t.port}" for t in self.config.transports if t.protocol == "websocket"]
+        ports = [f"{w['name']} on port {w['port']}" for w in self.websocket_endpoints] or [
+            f"{t.name} on port {t.port}" for t in self.config.transports if t.protocol == "websocket"]
         if not ports:
             return "no websocket transport is configured (add <Protocol>websocket</Protocol> to a Transport)"
         return ("AMPS over WebSocket is served by " + ", ".join(ports)
