@@ -165,10 +165,13 @@ def test_historical_aggregate(agg_broker, client_factory, published) -> None:
 
 def test_grouping_without_projection_or_the_reverse_is_an_error(agg_broker, client_factory, published) -> None:
     client = client_factory(agg_broker.uri)
-    for options in ("grouping=[/region]", "projection=[/region]", "grouping=[/region],projection=[SUM(/qty)]",
-                    "grouping=[/region],projection=[SUM(SUM(/qty)) AS /x]"):
-        with pytest.raises(AMPS.AMPSException):
+    for options, says in (("grouping=[/region]", "projection is missing"),
+                          ("projection=[/region]", "grouping is missing"),
+                          ("grouping=[/region],projection=[SUM(/qty)]", "needs a name"),
+                          ("grouping=[/region],projection=[SUM(SUM(/qty)) AS /x]", "inside another aggregate")):
+        with pytest.raises(AMPS.InvalidOptionsException):
             list(client.execute(AMPS.Command("sow").set_topic("trades").set_options(options)).timeout(5000))
+        assert says in agg_broker.log()  # the broker's log line says what is wrong
     # The connection and other clients carry on.
     assert len(rows(aggregate(client, "trades", "[/desk]", "[/desk, COUNT(/id) AS /n]"))) == len(DESKS)
 
