@@ -14,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Message, Request, TextMessage
+from wsproto.frame_protocol import Opcode
 
 from broker.errors import RemoteProtocolError
 from broker.protocol import encode_ack, encode_frame, encode_publish, encode_sow_records
 from broker.protocol.websocket import WebSocketAmps, message_type_of_path
+from broker.testing.wsclient import masked_frame
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 headers = st.fixed_dictionaries({"c": st.sampled_from(["publish", "sow", "subscribe", "logon"]), "t": text},
@@ -115,3 +117,43 @@ def test_the_websocket_codec_imports_no_trio() -> None:
     code = "import sys, broker.protocol.websocket; print('trio' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "False"
+
+
+@settings(max_examples=300, deadline=None)
+@given(junk=st.binary(max_size=400), chunk=st.integers(1, 64), handshaken=st.booleans())
+def test_any_bytes_end_in_frames_or_a_clean_refusal(junk, chunk, handshaken) -> None:
+    """Whatever arrives, the codec returns AMPS frames or raises RemoteProtocolError (never anything else),
+    and holds no more than the limit."""
+    server = WebSocketAmps(256)
+    if handshaken:  # after a good handshake and the "text" message: junk where frames are expected
+        client = WSConnection(ConnectionType.CLIENT)
+        handshake(server, client)
+        server.receive_data(masked_frame(Opcode.TEXT, b"text"))
+    try:
+        for i in range(0, len(junk), chunk):
+            server.receive_data(junk[i:i + chunk])
+            server.amps_data()
+            assert server.buffered <= 256
+    except RemoteProtocolError:
+        return
+
+
+frames = st.lists(st.tuples(st.integers(0, 15), st.binary(max_size=60), st.booleans(), st.booleans()), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sequence=frames)
+def test_any_frame_sequence_ends_in_frames_or_a_clean_refusal(sequence) -> None:
+    """Frames of any opcode, size, FIN and mask bit (continuations out of place, fragmented control frames,
+    reserved opcodes, unmasked frames): the codec never fails otherwise than with RemoteProtocolError."""
+    server, client = WebSocketAmps(200), WSConnection(ConnectionType.CLIENT)
+    handshake(server, client)
+    server.receive_data(masked_frame(Opcode.TEXT, b"text"))
+    try:
+        for opcode, payload, fin, mask in sequence:
+            server.receive_data(masked_frame(opcode, payload, fin=fin, mask=mask))
+            server.amps_data()
+            server.data_to_send()
+            assert server.buffered <= 200
+    except RemoteProtocolError:
+        return
