@@ -43,6 +43,8 @@ class JournalLocation:
         """The instance's journal files holding data, in log order, as they are now (state, directory)."""
         main, *rest = self.directories
         archive = rest[0] if rest else None
+        if not self.instance:
+            return []
         found = list_files(main, archive, safe_instance(self.instance))
         for extra in rest[1:]:  # more than two directories: the first copy of an index wins
             seen = {f.index for f in found}
@@ -108,9 +110,8 @@ def locate(path: str | os.PathLike[str], instance: str | None = None) -> Journal
         raise JournalError("no journal path given: load(path) takes a JournalDirectory or a config file")
     if len(parts) == 1 and Path(parts[0]).is_file():
         return _from_config(Path(parts[0]))
-    for p in parts:
-        if not Path(p).is_dir():
-            raise JournalError(f"{p} is neither a directory nor a broker config file")
+    if not Path(parts[0]).is_dir():  # the others (an archive not created yet) may come later
+        raise JournalError(f"{parts[0]} is neither a directory nor a broker config file")
     dirs = tuple(str(Path(p).resolve()) for p in parts)
     found = sorted({f.instance for d in dirs for f in list_files(d)})
     if instance is not None:
