@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     j = jsub.add_parser("repair", help="move a journal file's damaged bytes to side files, keeping every valid record")
     j.add_argument("file", help="a plain journal file (the broker using its directory must be stopped)")
     j.set_defaults(func=cmd_journal)
+    from broker.spark.cli import add_parser as add_spark_parser  # no pyspark import until a job runs
+
+    add_spark_parser(sub)
     return parser
 
 

@@ -122,7 +122,8 @@ class JournalBatchReader(DataSourceReader):
         self.selection = self.options_selection
         for f in filters:
             kind = _KINDS.get(type(f))
-            column = f.attribute[0] if len(f.attribute) == 1 else None
+            attribute = getattr(f, "attribute", ())  # Not(...) has a child filter instead
+            column = attribute[0] if len(attribute) == 1 else None
             if kind is None or column not in PUSHABLE or kind not in PUSHABLE[column]:
                 yield f  # Spark evaluates it
                 continue
@@ -137,8 +138,8 @@ class JournalBatchReader(DataSourceReader):
         return [_Partition(self.location, FileSlice(jf.index, self.selection), self.binary) for jf in wanted]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Partition)
-        yield from file_batches(partition.location, partition.slice, partition.binary)
+        if isinstance(partition, _Partition):  # Spark reads one empty partition when there are none
+            yield from file_batches(partition.location, partition.slice, partition.binary)
 
 
 class JournalStreamReader(DataSourceStreamReader):
@@ -189,8 +190,8 @@ class JournalStreamReader(DataSourceStreamReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Partition)
-        yield from file_batches(partition.location, partition.slice, partition.binary)
+        if isinstance(partition, _Partition):  # Spark reads one empty partition when there are none
+            yield from file_batches(partition.location, partition.slice, partition.binary)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.tail.forget_before(int(end["seq"]))

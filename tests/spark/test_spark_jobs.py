@@ -1,0 +1,147 @@
+"""``broker spark sow-at|export|stats`` against a real broker's journal (issue 15, acceptance 1).
+
+A broker with a logged, expiring SOW topic is driven by the official AMPS client through three phases
+(publishes, updates, delta publishes, sow_delete by filter, messages that expire); after each phase the test
+takes the time and the SOW as a ``sow`` query shows it. With the broker stopped, ``broker spark sow-at`` at
+each of those times must give the same records, key for key and byte for byte.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+AMPS = pytest.importorskip("AMPS")
+
+from broker.cli import main as broker_main  # noqa: E402
+from broker.testing.process import BrokerProcess  # noqa: E402
+from broker.txlog.cli import iter_records  # noqa: E402
+
+SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
+  <FileName>./sow/%n.sow</FileName><Expiration>enabled</Expiration></Topic>"""
+TXLOG = """<JournalDirectory>./journal</JournalDirectory><JournalArchiveDirectory>./archive</JournalArchiveDirectory>
+  <FlushInterval>10ms</FlushInterval><Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+  <Topic><Name>events</Name><MessageType>json</MessageType></Topic>"""
+
+
+def _sow(client) -> dict[str, str]:  # noqa: ANN001 - AMPS.Client
+    return {m.get_sow_key(): m.get_data() for m in client.sow("orders", timeout=10_000) if m.get_command() == "sow"}
+
+
+def _ids(client) -> set[int]:  # noqa: ANN001
+    return {json.loads(d)["id"] for d in _sow(client).values()}
+
+
+def _until_gone(client, ids: set[int], timeout: float = 20.0) -> None:  # noqa: ANN001
+    """Query until none of ``ids`` is in the SOW (they expire asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while _ids(client) & ids:
+        assert time.monotonic() < deadline, f"{_ids(client) & ids} never expired"
+        time.sleep(0.1)
+
+
+def _stamp(ns: int) -> str:
+    seconds, frac = divmod(ns, 1_000_000_000)
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y%m%dT%H%M%S") + f".{frac:09d}Z"
+
+
+def _take(client) -> tuple[str, dict[str, str]]:  # noqa: ANN001
+    """The time now and the SOW as a query shows it (nothing is published in between)."""
+    at = time.time_ns()
+    return _stamp(at), _sow(client)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, dict[str, str]]]]:
+    """Run the broker through the three phases; returns its config and ``(time, SOW)`` after each."""
+    base = tmp_path_factory.mktemp("broker")
+    broker = BrokerProcess.from_xml(base, sow=SOW, transaction_log=TXLOG).start()
+    taken = []
+    try:
+        c = AMPS.Client(f"spark-sow-at-{time.monotonic_ns()}")
+        c.connect(broker.uri)
+        c.logon(5000)
+        for i in range(30):
+            c.publish("orders", json.dumps({"id": i, "qty": 10 * i, "sym": f"S{i % 4}", "note": "first"}),
+                      **({"expiration": 1} if i >= 25 else {}))
+            c.publish("events", json.dumps({"n": i}))
+        c.publish_flush(10_000)
+        _until_gone(c, set(range(25, 30)))
+        taken.append(_take(c))
+        for i in range(10):
+            c.publish("orders", json.dumps({"id": i, "qty": 1000 + i, "sym": f"S{i % 4}", "note": "updated"}))
+        for i in range(10, 15):
+            c.delta_publish("orders", json.dumps({"id": i, "note": "delta"}))
+        c.sow_delete("orders", "/id >= 20 AND /id < 23", 10_000)
+        for i in range(30, 35):
+            c.publish("orders", json.dumps({"id": i, "qty": i, "sym": "S9", "note": "expires later"}), expiration=600)
+        c.publish_flush(10_000)
+        taken.append(_take(c))
+        c.publish("orders", json.dumps({"id": 25, "qty": 25, "sym": "S1", "note": "back"}))
+        c.sow_delete("orders", "/id = 0", 10_000)
+        c.publish("orders", json.dumps({"id": 1, "qty": 1, "sym": "S1", "note": "short"}), expiration=1)
+        c.publish_flush(10_000)
+        _until_gone(c, {1})
+        taken.append(_take(c))
+        c.close()
+    finally:
+        assert broker.stop() == 0
+    first, second, third = (set(s) for _, s in taken)
+    assert len(first) == 25 and len(second) == 27 and len(third) == 26 and first != second != third
+    return broker.config_path, taken
+
+
+def _sow_at(config: Path, at: str, out: Path) -> dict[str, str]:
+    assert broker_main(["spark", "sow-at", str(config), "--topic", "orders", "--at", at, "--out", str(out)]) == 0
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out).to_pylist()
+    return {row["sow_key"]: row for row in table}
+
+
+def test_sow_at_matches_what_the_broker_sow_held_at_each_time(spark, recorded, tmp_path: Path) -> None:
+    config, taken = recorded
+    for n, (at, expected) in enumerate(taken):
+        rows = _sow_at(config, at, tmp_path / f"sow-{n}")
+        assert {k: r["data"] for k, r in rows.items()} == expected, at
+        for key, row in rows.items():  # the json fields, flattened into columns
+            message = json.loads(expected[key])
+            assert (row["id"], row["qty"], row["sym"], row["note"]) == (
+                message["id"], message.get("qty"), message.get("sym"), message["note"])
+    # Before anything was published: empty.
+    assert _sow_at(config, "20000101T000000", tmp_path / "empty") == {}
+
+
+def test_export_writes_every_record_partitioned_by_date(spark, recorded, tmp_path: Path) -> None:
+    config, taken = recorded
+    out = tmp_path / "export"
+    assert broker_main(["spark", "export", str(config), "--topic", "orders", "--to", taken[1][0],
+                        "--out", str(out)]) == 0
+    journal = config.parent / "journal"
+    records = [r for _p, r in iter_records([journal], topic="orders", end=taken[1][0])]
+    written = spark.read.parquet(str(out))
+    assert sorted(r.seq for r in written.select("seq").collect()) == [r.sequence for r in records]
+    days = {dt.datetime.fromtimestamp(r.timestamp_ns // 10**9, dt.UTC).date().isoformat() for r in records}
+    assert {p.name for p in out.glob("date=*")} == {f"date={d}" for d in days}
+
+
+def test_stats_table_and_plot(spark, recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, _taken = recorded
+    plot = tmp_path / "stats.png"
+    assert broker_main(["spark", "stats", str(config), "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    records = [r for _p, r in iter_records([config.parent / "journal"])]
+    orders = [r for r in records if r.topic == "orders"]
+    assert f"{len([r for r in records if r.topic == 'events'])}" in out
+    from broker.spark.jobs import stats
+
+    rows = stats(spark, str(config))
+    by_topic = {t: [r for r in rows if r.topic == t] for t in ("orders", "events")}
+    assert sum(r.messages for r in by_topic["orders"]) == len(orders)
+    assert sum(r.bytes for r in by_topic["orders"]) == sum(len(r.data) for r in orders)
+    assert max(r.keys for r in by_topic["orders"]) <= 35 and all(r.keys == 0 for r in by_topic["events"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
