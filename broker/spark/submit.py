@@ -6,7 +6,8 @@
         "$(python -c 'import broker.spark.submit as m; print(m.__file__)')" \\
         sow-at /shared/broker.xml --topic orders --at 20260101T000000 --out /shared/sow
 
-Takes the arguments of ``broker spark`` (without ``--master``). See docs/spark.md.
+Takes the arguments of ``broker spark`` (without ``--master``); several jobs separated by ``+`` run one
+after the other in the same application (one driver and executor start-up for all). See docs/spark.md.
 """
 
 from __future__ import annotations
@@ -24,13 +25,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="broker.spark.submit", description=__doc__.splitlines()[0])
     add_jobs(parser, default_master=None)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    jobs: list[list[str]] = [[]]
+    for word in words:
+        if word == "+":
+            jobs.append([])
+        else:
+            jobs[-1].append(word)
+    parsed = [parser.parse_args(job) for job in jobs]  # every job's arguments checked before any runs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     try:
-        return args.func(args)
+        for args in parsed:
+            if code := args.func(args):
+                return code
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
 
 
 if __name__ == "__main__":

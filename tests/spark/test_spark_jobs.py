@@ -145,3 +145,107 @@ def test_stats_table_and_plot(spark, recorded, tmp_path: Path, capsys: pytest.Ca
     assert sum(r.bytes for r in by_topic["orders"]) == sum(len(r.data) for r in orders)
     assert max(r.keys for r in by_topic["orders"]) <= 35 and all(r.keys == 0 for r in by_topic["events"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
+
+
+def _zip_package(dest: Path) -> Path:
+    """The broker package as a zip (what a wheel renamed .zip holds for --py-files)."""
+    import zipfile
+
+    import broker
+
+    root = Path(broker.__file__).parent
+    with zipfile.ZipFile(dest, "w") as z:
+        for f in root.rglob("*.py"):
+            z.write(f, Path("broker") / f.relative_to(root))
+    return dest
+
+
+def _wait_for_workers(ui_port: int, procs: list, timeout: float = 120.0) -> None:  # noqa: ANN001
+    """Wait until the master's JSON status shows one alive worker (or a process died)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            assert p.poll() is None, f"{p.args[2]} exited with {p.returncode}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
+                if json.loads(resp.read()).get("aliveworkers", 0) >= 1:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the standalone worker never registered with the master")
+
+
+def _rows_of(spark, path: Path, order: str) -> list[tuple]:  # noqa: ANN001
+    df = spark.read.parquet(str(path))
+    return [tuple(r) for r in df.select(*sorted(df.columns)).orderBy(order).collect()]
+
+
+@pytest.mark.timeout(400)
+def test_spark_submit_on_a_standalone_cluster_gives_the_local_results(spark, recorded, tmp_path: Path) -> None:
+    """Acceptance 3: a master and a worker from the pip pyspark on 127.0.0.1; spark-submit runs sow-at and
+    export with the package in --py-files; the results equal local mode's."""
+    import os
+    import subprocess
+    import sys
+
+    from pyspark.find_spark_home import _find_spark_home
+
+    from broker.testing.process import free_port, wait_for_port
+
+    config, taken = recorded
+    home = Path(_find_spark_home())
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    logs = tmp_path / "cluster.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(logs, "ab") as log:
+        try:
+            procs.append(subprocess.Popen(
+                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                 "--port", str(port), "--webui-port", str(ui)], env=env, stdout=log, stderr=subprocess.STDOUT))
+            wait_for_port(port, 60, procs[0])
+            procs.append(subprocess.Popen(
+                [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                 "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui), f"spark://127.0.0.1:{port}"],
+                env=env, stdout=log, stderr=subprocess.STDOUT))
+            _wait_for_workers(ui, procs)
+            package = _zip_package(tmp_path / "broker.zip")
+            import broker.spark.submit as submit
+
+            at = taken[1][0]
+            jobs = {
+                "sow": ["sow-at", str(config), "--topic", "orders", "--at", at],
+                "export": ["export", str(config), "--topic", "orders|events"],
+            }
+            # Both jobs in one application ("+"): one driver and executor start-up.
+            chained = [w for name, args in jobs.items() for w in ("+", *args, "--out", str(tmp_path / f"cluster-{name}"))]
+            cmd = [str(home / "bin" / "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
+                   "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+                   "--conf", "spark.sql.shuffle.partitions=2", "--py-files", str(package),
+                   submit.__file__, *chained[1:]]
+            done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+            output = done.stdout.decode(errors="replace")
+            assert done.returncode == 0, output[-4000:]
+            assert "sow-at" in output and "export:" in output
+            for name, args in jobs.items():
+                assert broker_main(["spark", *args, "--out", str(tmp_path / f"local-{name}")]) == 0
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+            for p in reversed(procs):
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+    cluster_sow = _rows_of(spark, tmp_path / "cluster-sow", "sow_key")
+    assert cluster_sow == _rows_of(spark, tmp_path / "local-sow", "sow_key")
+    assert len(cluster_sow) == len(taken[1][1])
+    cluster_export = _rows_of(spark, tmp_path / "cluster-export", "seq")
+    assert cluster_export == _rows_of(spark, tmp_path / "local-export", "seq")
+    assert len(cluster_export) > 50
