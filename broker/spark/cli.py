@@ -77,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master or "", f"broker spark {args.spark_command}", _conf(args.conf))
     log.info("Spark %s ready in %.1f s; reading %s", spark.version, time.monotonic() - started, args.config)
     if args.spark_command == "sow-at":
-        df = jobs.sow_at(spark, args.config, args.topic, args.at)
-        df.write.mode("overwrite").parquet(args.out)
-        count = spark.read.parquet(args.out).count()
+        count = jobs.write_sow_at(spark, args.config, args.topic, args.at, args.out)
         print(f"sow-at {args.at}: {count} records of {args.topic} written to {args.out}")
     elif args.spark_command == "export":
         df = jobs.export(spark, args.config, args.topic, args.start, args.end)

@@ -45,21 +45,40 @@ def sow_at(spark: Any, path: str, topic: str, at: str) -> Any:
     Raises:
         CommandError: ``at`` is not a timestamp.
     """
+    return _flattened(spark, _sow_state(spark, path, topic, at))
+
+
+def write_sow_at(spark: Any, path: str, topic: str, at: str, out: str) -> int:
+    """:func:`sow_at` written as Parquet to ``out`` (replaced); returns the number of records.
+
+    The state is computed once and kept in memory meanwhile: the message types, the JSON schema and the
+    output all read it.
+    """
+    state = _sow_state(spark, path, topic, at).persist()
+    try:
+        _flattened(spark, state).write.mode("overwrite").parquet(out)
+        return state.count()
+    finally:
+        state.unpersist()
+
+
+def _sow_state(spark: Any, path: str, topic: str, at: str) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     at_us = parse_timestamp(at) // 1000
     df = read_journal(spark, path, topic=topic, to=at).where(F.col("sow_key") != "")
     last = Window.partitionBy("topic", "sow_key").orderBy(F.col("seq").desc())
-    state = (df.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
-             .where(F.col("command").isin("publish", "delta_publish"))
-             .where(F.col("expiration").isNull() | (F.col("expiration") > F.timestamp_micros(F.lit(at_us))))
-             .select(*SOW_COLUMNS, "message_type"))
+    return (df.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
+            .where(F.col("command").isin("publish", "delta_publish"))
+            .where(F.col("expiration").isNull() | (F.col("expiration") > F.timestamp_micros(F.lit(at_us))))
+            .select(*SOW_COLUMNS, "message_type"))
+
+
+def _flattened(spark: Any, state: Any) -> Any:
     types = {r.message_type for r in state.select("message_type").distinct().collect()}
-    state = state.drop("message_type")
-    if types == {"json"}:
-        state = _flatten_json(spark, state)
-    return state
+    result = state.drop("message_type")
+    return _flatten_json(spark, result) if types == {"json"} else result
 
 
 def _flatten_json(spark: Any, df: Any) -> Any:
