@@ -87,9 +87,10 @@ def encode_ws_frame(payload: bytes, text: bool) -> bytes:
 class WebSocketAmps:
     """One WebSocket connection carrying AMPS, from the server's side.
 
-    Feed what the socket read to :meth:`receive_data` (``b""`` at end of stream), then take
-    :meth:`amps_data` (AMPS TCP frames for :class:`~broker.protocol.Connection`) and :meth:`data_to_send`
-    (handshake answers, pongs, close frames to write). :meth:`encode` turns outgoing AMPS frames into
+    Feed what the socket read to :meth:`receive_data` (``b""`` at end of stream); once the handshake
+    request arrived (:attr:`requested`), :meth:`accept` or :meth:`refuse` it; then take :meth:`amps_data`
+    (AMPS TCP frames for :class:`~broker.protocol.Connection`) and :meth:`data_to_send` (handshake answers,
+    pongs, close frames to write). :meth:`encode` turns outgoing AMPS frames into
     WebSocket bytes.
 
     Args:
@@ -102,6 +103,8 @@ class WebSocketAmps:
         #: The request's path and the message type it names, once the handshake arrived.
         self.target: str | None = None
         self.message_type: str | None = None
+        #: Whether the handshake request arrived (then :meth:`accept` or :meth:`refuse` answers it).
+        self.requested = False
         #: Whether the handshake was accepted (``False`` before, and when it was refused).
         self.open = False
         #: The peer's end: a close frame or end of stream arrived (no more AMPS data will come).
@@ -169,6 +172,10 @@ class WebSocketAmps:
             self.message_type = message_type_of_path(event.target)
         except ValueError as exc:
             self._refuse(404, str(exc))
+        self.requested = True
+
+    def accept(self) -> None:
+        """Accept the handshake that arrived (:attr:`requested`; the caller checked its message type)."""
         self._send(AcceptConnection())
         self.open = True
 
@@ -181,7 +188,8 @@ class WebSocketAmps:
         raise RemoteProtocolError(f"websocket handshake refused ({status}): {text}")
 
     def refuse(self, status: int, text: str) -> None:
-        """Refuse the handshake (before it was accepted) with an HTTP ``status`` and a one-line ``text``.
+        """Refuse the handshake request (instead of :meth:`accept`) with an HTTP ``status`` and a one-line
+        ``text``.
 
         Raises:
             RemoteProtocolError: Always (the connection is to be closed after writing the answer).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.errors import RemoteProtocolError
+from broker.errors import BrokerError, RemoteProtocolError
 from broker.protocol.websocket import WebSocketAmps
 from broker.server.sockio import read_some, socket_fd, write_all
 
@@ -55,19 +55,22 @@ class WebSocketStream(trio.abc.Stream):
     async def handshake(self, timeout: float) -> bool:
         """Read and answer the HTTP upgrade request; ``False`` when the connection is to be closed."""
         with trio.move_on_after(timeout):
-            while not self.ws.open:
+            while not self.ws.requested:
                 if not await self._read_more():
                     return False
             if self.ws.message_type:
                 try:
                     self.broker.message_type(self.ws.message_type)
-                except Exception as exc:  # noqa: BLE001 - any refusal is reported the same way
+                except BrokerError as exc:
                     try:
                         self.ws.refuse(400, f"message type {self.ws.message_type!r}: {exc}")
                     except RemoteProtocolError as refused:
                         self._refused(refused)
                     await self._flush()
                     return False
+            self.ws.accept()
+            await self._flush()
+            self._inbox += self.ws.amps_data()  # anything the client sent right after its request
             return True
         log.info("websocket client %s sent no handshake within %gs: closing", self.remote, timeout)
         return False

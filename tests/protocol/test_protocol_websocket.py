@@ -29,6 +29,8 @@ commands = st.lists(st.tuples(headers, st.one_of(st.none(), text)), min_size=1, 
 
 def handshake(server: WebSocketAmps, client: WSConnection, path: str = "/amps/json") -> None:
     server.receive_data(client.send(Request(host="x", target=path)))
+    assert server.requested and not server.open and server.data_to_send() == b""
+    server.accept()
     client.receive_data(server.data_to_send())
     assert any(isinstance(e, AcceptConnection) for e in client.events())
 

@@ -88,9 +88,11 @@ def test_a_plain_http_get_is_refused_with_an_http_answer(broker, witness) -> Non
     still_working(witness, 2)
 
 
-def test_an_unknown_path_is_refused(broker) -> None:
-    with pytest.raises(WsClosed):
-        WsClient.connect(broker.websocket_port, path="/other")
+@pytest.mark.parametrize(("path", "status"), [("/other", 404), ("/amps/fix", 400)])
+def test_an_unknown_path_or_message_type_is_refused_in_the_handshake(broker, path, status) -> None:
+    with pytest.raises(WsClosed) as refused:
+        WsClient.connect(broker.websocket_port, path=path)
+    assert refused.value.code == status
 
 
 def test_a_huge_message_closes_with_1009_before_it_is_buffered(broker, witness) -> None:
