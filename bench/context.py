@@ -54,6 +54,14 @@ class Context:
         assert self.broker is not None
         return f"tcp://127.0.0.1:{self.broker.port}/amps/json"
 
+    @property
+    def secure_uri(self) -> str:
+        """The URI of the broker's bench-secure transport (password file, entitlement file), with credentials."""
+        from bench.servers import SECURE_PASSWORD, SECURE_USER
+
+        assert self.broker is not None
+        return f"tcp://{SECURE_USER}:{SECURE_PASSWORD}@127.0.0.1:{self.broker.secure_port}/amps/json"
+
     def start_clock(self) -> None:
         """Start the current workload's time bound."""
         self.deadline = time.monotonic() + self.sizes.workload_timeout

@@ -64,6 +64,8 @@ class ServerProcess:
         self.log_path = workdir / f"{name}.log"
         #: The broker's websocket transport port (W5 over WebSocket); 0 for the peers.
         self.ws_port = 0
+        #: The broker's bench-secure transport (authentication and entitlements on); 0 for other servers.
+        self.secure_port = 0
 
     @property
     def pid(self) -> int:
@@ -137,7 +139,8 @@ def broker_server(workdir: Path, *, profile_to: Path | None = None, config: Path
     Args:
         workdir: Where the config copy, the SOW files and the journal go.
         profile_to: When set, run the broker under pyinstrument and save its session file here.
-        config: The config template (``${BENCH_PORT}`` and ``${BENCH_WS_PORT}`` are set to free ports).
+        config: The config template (``${BENCH_PORT}``, ``${BENCH_WS_PORT}`` and ``${BENCH_SECURE_PORT}`` are
+            set to free ports).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     copy = workdir / "bench.xml"
@@ -150,10 +153,34 @@ def broker_server(workdir: Path, *, profile_to: Path | None = None, config: Path
     else:
         argv = [sys.executable, *serve]
     ws_port = free_port()
-    env = {"BENCH_PORT": str(port), "BENCH_WS_PORT": str(ws_port), "PYTHONUNBUFFERED": "1"}
+    secure_port = free_port()
+    write_security_files(workdir)
+    env = {"BENCH_PORT": str(port), "BENCH_WS_PORT": str(ws_port), "BENCH_SECURE_PORT": str(secure_port),
+           "PYTHONUNBUFFERED": "1"}
     server = ServerProcess("broker", argv, port, workdir, env)
     server.ws_port = ws_port
+    server.secure_port = secure_port
     return server
+
+
+#: The user of the bench-secure transport (W1 and W5 with security on).
+SECURE_USER, SECURE_PASSWORD = "bench", "bench-secret"
+#: Its entitlements: every bench topic, and a filter on each that every bench document passes (so the
+#: figures differ by the cost of checking, not by what is delivered).
+SECURE_ENTITLEMENTS = """[user.bench]
+read = ["bench-.*"]
+write = ["bench-.*"]
+replay = ["bench-.*"]
+filter = { "bench-.*" = "/qty >= 0" }
+"""
+
+
+def write_security_files(workdir: Path) -> None:
+    """``users.passwd`` and ``entitlements.toml`` for the bench-secure transport, in ``workdir``."""
+    from broker.security.passwords import set_password
+
+    set_password(workdir / "users.passwd", SECURE_USER, SECURE_PASSWORD)
+    (workdir / "entitlements.toml").write_text(SECURE_ENTITLEMENTS)
 
 
 def redis_server(exe: str, workdir: Path) -> ServerProcess:

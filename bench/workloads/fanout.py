@@ -33,6 +33,8 @@ from bench.workloads.common import guard
 
 TOPIC = "bench-fanout"
 WINDOW = 1000
+#: Subscribers of the security row (W5 with authentication and an entitlement filter next to without).
+SECURE_SUBSCRIBERS = 4
 #: Subscribers of the WebSocket row (W5 over WebSocket next to TCP).
 WEBSOCKET_SUBSCRIBERS = 4
 #: Where the npm amps client is installed for the WebSocket row (ignored by git; reused by later runs).
@@ -59,12 +61,14 @@ def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dic
                   detail={"delivered": delivered, "expected": m * subscribers, **detail})
 
 
-def broker_fanout(ctx: Context, subscribers: int) -> Figure:
-    """The broker's figure for ``subscribers`` (TCP, the official Python client)."""
+def broker_fanout(ctx: Context, subscribers: int, *, uri: str | None = None, system: str = "broker") -> Figure:
+    """The broker's figure for ``subscribers`` (TCP, the official Python client; publisher and subscribers
+    through ``uri``, by default the plain transport)."""
     m = ctx.sizes.fanout_messages
-    with Children(amps_fanout, [(ctx.uri, TOPIC, k, m, ctx.left()) for k in split(subscribers)]) as children:
-        t0, results, usage = _publish_and_collect(ctx, children, m)
-    return _figure("broker", subscribers, m, t0, results, usage)
+    uri = uri or ctx.uri
+    with Children(amps_fanout, [(uri, TOPIC, k, m, ctx.left()) for k in split(subscribers)]) as children:
+        t0, results, usage = _publish_and_collect(ctx, children, m, uri)
+    return _figure(system, subscribers, m, t0, results, usage)
 
 
 def websocket_fanout(ctx: Context, subscribers: int) -> Figure:
@@ -88,12 +92,13 @@ def websocket_fanout(ctx: Context, subscribers: int) -> Figure:
     return _figure(system, subscribers, m, t0, results, usage, client=f"npm amps {jsclient.AMPS_JS_VERSION} (Node)")
 
 
-def _publish_and_collect(ctx: Context, children: Children, m: int) -> tuple[int, list[dict[str, Any]], Any]:
+def _publish_and_collect(ctx: Context, children: Children, m: int, uri: str | None = None
+                         ) -> tuple[int, list[dict[str, Any]], Any]:
     """Wait for the subscribers, publish ``m`` documents over TCP (a flush round trip every WINDOW), and
     collect the subscribers' results; returns the start time, the results and the broker's usage."""
     assert ctx.broker is not None
     children.collect("ready", ctx.left())
-    client = ampsclient.connect(ctx.uri, "fanout-pub")
+    client = ampsclient.connect(uri or ctx.uri, "fanout-pub")
     try:
         meter = ctx.broker.meter()
         meter.start()
@@ -208,6 +213,23 @@ def run(ctx: Context) -> list[Row]:
         checks = {"complete": broker.note == ""}
         rows.append(Row("W5 fan-out", f"1 pub -> {n} sub, {m:,} msgs", broker, peers, ctx.limits.get("loopback"),
                         checks))
+    # Security on next to off, same run, same broker: the ratio is on over off.
+    # Alternating, twice, the better pass of each (the TCP row above is a third pass of security off).
+    n = SECURE_SUBSCRIBERS
+    plains = [tcp[n]] if n in tcp else []
+    secures = []
+    for _round in range(2):
+        secures.append(broker_fanout(ctx, n, uri=ctx.secure_uri, system="broker, auth + entitlements"))
+        plains.append(broker_fanout(ctx, n))
+    reference = max(plains, key=lambda f: f.value or 0.0)
+    secure = max(secures, key=lambda f: f.value or 0.0)
+    rows.append(Row("W5 fan-out", f"1 pub -> {n} sub, {m:,} msgs, authentication + entitlement filter (vs off)",
+                    secure, [replace(reference, system="broker, security off")], ctx.limits.get("loopback"),
+                    {"complete": secure.note == "",
+                     "passes_msg_per_s": {"security off": [round(f.value or 0) for f in plains],
+                                          "auth + entitlements": [round(f.value or 0) for f in secures]},
+                     "broker_cpu_s": {"security off": [f.cpu_s for f in plains],
+                                      "auth + entitlements": [f.cpu_s for f in secures]}}))
     # The websocket transport next to TCP, same run, same broker: the ratio is WebSocket over TCP.
     n = WEBSOCKET_SUBSCRIBERS
     ws = guard(ctx, "broker over websocket", websocket_fanout, n)

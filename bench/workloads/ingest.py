@@ -28,14 +28,22 @@ from bench.workloads.common import guard
 TOPIC = "bench-ingest"
 #: The same topic with LevelDB sync writes (bench/configs/bench.xml).
 SYNC_TOPIC = "bench-ingest-sync"
+#: The same topic, ingested through the bench-secure transport (authentication and entitlements on), and its
+#: reference ingested just before through the plain transport.
+SECURE_TOPIC = "bench-ingest-auth"
+PLAIN_TOPIC = "bench-ingest-plain"
+#: Alternating passes of the two (the better of each is reported: passes warm the broker up).
+SECURE_ROUNDS = 2
 
 
-def broker_ingest(ctx: Context, topic: str = TOPIC) -> tuple[Figure, dict[str, Any]]:
-    """The broker's figure ingesting into ``topic``, and the checks (records in the SOW afterwards)."""
+def broker_ingest(ctx: Context, topic: str = TOPIC, *, uri: str | None = None,
+                  system: str = "broker") -> tuple[Figure, dict[str, Any]]:
+    """The broker's figure ingesting into ``topic`` (through ``uri``, by default the plain transport), and the
+    checks (records in the SOW afterwards)."""
     s = ctx.sizes
     assert ctx.broker is not None
     docs = [doc(i % s.ingest_keys) for i in range(s.ingest_messages)]
-    client = ampsclient.connect(ctx.uri, "ingest")
+    client = ampsclient.connect(uri or ctx.uri, "ingest")
     try:
         meter = ctx.broker.meter()
         meter.start()
@@ -46,7 +54,7 @@ def broker_ingest(ctx: Context, topic: str = TOPIC) -> tuple[Figure, dict[str, A
         records, _ = ampsclient.query(client, cmd, ctx.left())
     finally:
         ampsclient.close(client)
-    fig = Figure("broker", s.ingest_messages / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
+    fig = Figure(system, s.ingest_messages / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
                  detail={"messages": s.ingest_messages, "seconds": seconds, "sow_records_after": records})
     return fig, {"sow_records_after": records, "sow_records_expected": min(s.ingest_keys, s.ingest_messages)}
 
@@ -116,4 +124,18 @@ def run(ctx: Context) -> list[Row]:
         if off is not None and off[0].ok and figure.ok:
             checks["rate_vs_sync_off"] = round(figure.goodness() / off[0].goodness(), 3)
         rows.append(Row("W1 ingest", case + ", leveldb sync=true", figure, [], ctx.limits.get("fsync"), checks))
+    if off is not None and off[0].ok:
+        # Security on next to off, same broker, same run, back to back into two fresh topics (the first W1
+        # pass above also pays for a cold journal and LevelDB): the ratio is on over off.
+        # Alternating, twice (inserts, then updates of the same keys), the better pass of each.
+        plains, secures = [], []
+        for _round in range(SECURE_ROUNDS):
+            plains.append(broker_ingest(ctx, PLAIN_TOPIC, system="broker, security off")[0])
+            secures.append(broker_ingest(ctx, SECURE_TOPIC, uri=ctx.secure_uri, system="broker, auth + entitlements"))
+        plain = max(plains, key=lambda f: f.value or 0.0)
+        secure, checks = max(secures, key=lambda fc: fc[0].value or 0.0)
+        checks["passes_msg_per_s"] = {"security off": [round(f.value or 0) for f in plains],
+                                      "auth + entitlements": [round(f.value or 0) for f, _c in secures]}
+        rows.append(Row("W1 ingest", case + ", authentication + entitlement filter (vs off)", secure,
+                        [plain], ctx.limits.get("plyvel put"), checks))
     return rows

@@ -441,9 +441,9 @@ class Session:
         if command not in _READS:
             return header
         bookmark = header.get("bookmark")
-        if bookmark and command in ("subscribe", "delta_subscribe") and str(bookmark) != _BOOKMARK_NOW and (
-                is_regex_topic(topic) or not grants.can_replay(topic)):
-            self._refuse("replay", topic, f"bookmark replay of {topic!r}")
+        # A bookmark other than "now" reads the past: a journal replay, or a historical SOW query.
+        if bookmark and str(bookmark) != _BOOKMARK_NOW and (is_regex_topic(topic) or not grants.can_replay(topic)):
+            self._refuse("replay", topic, f"{command} of {topic!r} from bookmark {str(bookmark)[:64]!r}")
         if is_regex_topic(topic):
             if not grants.reads_everything():
                 self._refuse("read", topic, f"{command} of the regular expression {topic!r} (an identity with "

@@ -101,6 +101,7 @@ class FakeHost:
         compactions: The topics compacted, in order.
         shutdown_requests: The reasons given to :meth:`request_shutdown`.
         rotations: How many times :meth:`rotate_logs` was called.
+        security_reloads: The kinds given to :meth:`reload_security`, in order.
         admin: The registered admin paths (see :meth:`admin_request`).
     """
 
@@ -117,6 +118,7 @@ class FakeHost:
     compactions: list[str] = field(default_factory=list)
     shutdown_requests: list[str] = field(default_factory=list)
     rotations: int = 0
+    security_reloads: list[str] = field(default_factory=list)
     admin: dict[str, AdminRoute] = field(default_factory=dict)
     _anchor: float | None = field(default=None, repr=False)
 
@@ -169,6 +171,11 @@ class FakeHost:
         """Counts the rotation; returns :attr:`log_files`."""
         self.rotations += 1
         return list(self.log_files)
+
+    def reload_security(self, kind: str) -> str:
+        """Records the reload; returns a summary."""
+        self.security_reloads.append(kind)
+        return f"{kind} reloaded"
 
     def add_admin_action(self, path: str, handler: AdminHandler, *, name: str, description: str,
                          required: Sequence[str]) -> Callable[[], None]:

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_sync_topic_is_leveldb_with_sync_on() -> None:
-    config = load_config(ROOT / "bench" / "configs" / "bench.xml", env={"BENCH_PORT": "9999"})
+    config = load_config(ROOT / "bench" / "configs" / "bench.xml", env={"BENCH_PORT": "9999", "BENCH_WS_PORT": "9998",
+                                                                        "BENCH_SECURE_PORT": "9997"})
     topics = resolve_plugins(config, build_plugin_manager()).topics
     assert (topics["bench-ingest-sync"].storage.name, dict(topics["bench-ingest-sync"].storage.options)) == \
         ("leveldb", {"sync": "true"})
@@ -36,8 +37,13 @@ def test_w1_reports_sync_off_and_on_in_one_run(tmp_path: Path) -> None:
     (results,) = tmp_path.glob("*-quick-x0.2-leveldb-sync-both.json")
     rows = json.loads(results.read_text())["rows"]
     assert [r["case"] for r in rows] == ["1,000 upserts, 1,000 keys, leveldb sync=false",
-                                         "1,000 upserts, 1,000 keys, leveldb sync=true"]
-    off, on = rows
+                                         "1,000 upserts, 1,000 keys, leveldb sync=true",
+                                         "1,000 upserts, 1,000 keys, authentication + entitlement filter (vs off)"]
+    off, on, secure = rows
+    # The security row (issue 18): ingested through the bench-secure transport, next to security off.
+    assert secure["broker"]["system"] == "broker, auth + entitlements" and secure["broker"]["value"] > 0
+    assert secure["peers"][0]["system"] == "broker, security off" and secure["peers"][0]["value"] > 0
+    rows = [off, on]
     for row in rows:
         assert row["broker"]["value"] > 0
         assert row["checks"]["sow_records_after"] == row["checks"]["sow_records_expected"] == 1000

@@ -173,3 +173,13 @@ def test_a_tcp_transport_with_tls_elements_warns(tmp_path: Path) -> None:
                                            "<Certificate>c.pem</Certificate></Transport></Transports>"))
     assert any("<Type>tcps</Type>" in w.message for w in config.warnings)
     assert config.transports[0].tls is None
+
+
+async def test_the_reset_steps_reload_through_the_host() -> None:
+    from broker.testing.actions import FakeHost, run_step
+
+    host = FakeHost()
+    for kind in ("authentication", "entitlement"):
+        result = await run_step("broker_plugins.security.reset", f"amps-action-do-reset-{kind}", {}, host=host)
+        assert (result.outcome, result.message) == ("success", f"{kind} reloaded")
+    assert host.security_reloads == ["authentication", "entitlement"]
