@@ -1,9 +1,10 @@
 """The ``amps-journal`` streaming reader (issue 15, acceptance 2).
 
-A streaming query reads a journal that the broker's JournalWriter keeps appending to, into a Parquet file
-sink with a checkpoint. While it runs, the journal rolls over into new files and the sealed files are
-archived and compressed (the functions the journal actions call). Every sequence arrives exactly once; a
-restart from the checkpoint with ``trigger(availableNow=True)`` adds exactly the records appended since.
+A streaming query reads the journal of a running broker into a Parquet file sink with a checkpoint. While
+it runs, messages published through the official client roll the journal over into new files, and the
+broker's scheduled journal actions archive and compress the sealed ones. Every message arrives exactly
+once; a restart from the checkpoint with ``trigger(availableNow=True)`` adds exactly the messages published
+since.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.txlog import FileState, archive_file, compress_file, list_files
+from broker.txlog import FileState, list_files
 
 INSTANCE = "stream-test"
 PAD = "s" * 900
@@ -51,65 +52,6 @@ def _wait_for(spark, out: Path, count: int, query, timeout: float = 90.0) -> lis
         time.sleep(0.5)
 
 
-def _maintain(jdir: Path, adir: Path) -> tuple[int, int]:
-    """Archive, then compress, every sealed journal file; returns (archived, compressed)."""
-    archived = compressed = 0
-    for jf in list_files(jdir, adir, INSTANCE):
-        if jf.state is FileState.FULL:
-            archive_file(jf.path, adir)
-            archived += 1
-    for jf in list_files(jdir, adir, INSTANCE):
-        if jf.state is FileState.ARCHIVED:
-            compress_file(jf.path, journal_directory=jdir)
-            compressed += 1
-    return archived, compressed
-
-
-@pytest.mark.timeout(300)
-def test_stream_follows_appends_across_rollover_archive_and_compress_exactly_once(
-        spark, open_writer, tmp_path: Path) -> None:  # noqa: ANN001
-    jdir, adir = tmp_path / "journal", tmp_path / "archive"
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    writer = open_writer(jdir, adir, INSTANCE)
-    try:
-        _append(writer, 0, 300)
-        stream = spark.readStream.format("amps-journal").load(f"{jdir},{adir}")
-        query = (stream.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="1 second").start())
-        try:
-            assert sorted(_wait_for(spark, out, 300, query)) == list(range(1, 301))
-            # Published after the query started: ~3 MB, so the journal rolls over twice (1 MiB files) ...
-            _append(writer, 300, 1200)
-            assert len(list_files(jdir, adir, INSTANCE)) >= 2
-            got = _wait_for(spark, out, 1500, query)
-            assert sorted(got) == list(range(1, 1501))
-            _append(writer, 1500, 1500)
-            # ... and the sealed files are archived and compressed while the query reads on.
-            archived, compressed = _maintain(jdir, adir)
-            assert archived >= 2 and compressed >= 2
-            _append(writer, 3000, 500)
-            got = _wait_for(spark, out, 3500, query)
-        finally:
-            query.stop()
-        assert len(got) == 3500, "a record is missing or was written twice"
-        assert sorted(got) == list(range(1, 3501))
-        states = {jf.state for jf in list_files(jdir, adir, INSTANCE)}
-        assert FileState.COMPRESSED in states and FileState.CURRENT in states
-
-        # Restart from the checkpoint: only what was appended since, once, then the query ends by itself.
-        _append(writer, 3500, 400)
-        _maintain(jdir, adir)
-        again = (spark.readStream.format("amps-journal").load(f"{jdir},{adir}").writeStream
-                 .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
-        assert again.awaitTermination(120)
-        assert again.exception() is None
-        final = _sink_sequences(spark, out)
-        assert sorted(final) == list(range(1, 3901))
-    finally:
-        writer.close()
-
-
 def test_stream_topic_and_from_options(spark, open_writer, tmp_path: Path) -> None:  # noqa: ANN001
     jdir = tmp_path / "journal"
     writer = open_writer(jdir, None, INSTANCE)
@@ -128,3 +70,77 @@ def test_stream_topic_and_from_options(spark, open_writer, tmp_path: Path) -> No
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r.seq for r in rows) == [n + 1 for n in range(100, 200) if n % 4 == 0]
     assert {r.topic for r in rows} == {"ticks"}
+
+
+BROKER_TXLOG = """<JournalDirectory>./journal</JournalDirectory>
+  <JournalArchiveDirectory>./archive</JournalArchiveDirectory>
+  <JournalSize>10MB</JournalSize><PreallocatedJournalFiles>1</PreallocatedJournalFiles>
+  <FlushInterval>10ms</FlushInterval><Topic><Name>events</Name><MessageType>json</MessageType></Topic>"""
+#: The journal actions archive, then compress, every sealed journal each second.
+ACTIONS = ("<Actions><Action><On><Module>amps-action-on-schedule</Module><Options><Every>1s</Every>"
+           "<Name>journals</Name></Options></On>"
+           + "".join(f"<Do><Module>amps-action-do-{step}-journal</Module><Options><Age>0s</Age></Options></Do>"
+                     for step in ("archive", "compress"))
+           + "</Action></Actions>")
+BIG = "b" * 60_000
+
+
+def _publish(client, first: int, count: int) -> None:  # noqa: ANN001 - AMPS.Client
+    for n in range(first, first + count):
+        client.publish("events", json.dumps({"n": n, "pad": BIG}))
+    client.publish_flush(30_000)
+
+
+def _numbers(spark, out: Path) -> list[int]:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
+    return [r.n for r in spark.read.parquet(str(out)).select(
+        F.get_json_object("data", "$.n").cast("int").alias("n")).collect()]
+
+
+@pytest.mark.timeout(300)
+def test_stream_of_a_running_broker_across_rollover_and_its_archive_compress_actions(
+        spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """Acceptance 2 with a real broker: published while the query runs, 60 KB messages roll the 10 MB
+    journals over; the broker's own scheduled actions archive and compress them; every message once."""
+    AMPS = pytest.importorskip("AMPS")
+    from broker.testing.process import BrokerProcess
+
+    broker = BrokerProcess.from_xml(tmp_path, transaction_log=BROKER_TXLOG, extra=ACTIONS).start()
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    jdir, adir = tmp_path / "journal", tmp_path / "archive"
+    try:
+        client = AMPS.Client(f"spark-stream-{time.monotonic_ns()}")
+        client.connect(broker.uri)
+        client.logon(5000)
+        _publish(client, 0, 50)
+        query = (spark.readStream.format("amps-journal").load(str(broker.config_path)).writeStream
+                 .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+                 .trigger(processingTime="1 second").start())
+        try:
+            _wait_for(spark, out, 50, query)
+            _publish(client, 50, 400)  # ~27 MB after the query started: two rollovers
+            deadline = time.monotonic() + 60
+            while not [f for f in list_files(jdir, adir, "test-broker") if f.state is FileState.COMPRESSED]:
+                assert time.monotonic() < deadline, "the actions never archived and compressed a journal"
+                time.sleep(0.5)
+            _publish(client, 450, 50)
+            got = _wait_for(spark, out, 500, query)
+        finally:
+            query.stop()
+        assert len(got) == len(set(got)) == 500  # no sequence twice
+        assert sorted(_numbers(spark, out)) == list(range(500))  # no message missing
+        files = list_files(jdir, adir, "test-broker")
+        assert [f for f in files if f.archived and f.compressed] and len(files) >= 3
+        # Published while no query ran; then a restart from the checkpoint with availableNow reads exactly
+        # those, once, and ends by itself.
+        _publish(client, 500, 30)
+        client.close()
+    finally:
+        broker.stop()
+    again = (spark.readStream.format("amps-journal").load(str(broker.config_path)).writeStream
+             .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    assert again.awaitTermination(120) and again.exception() is None
+    assert sorted(_numbers(spark, out)) == list(range(530))
+    assert len(set(_sink_sequences(spark, out))) == 530
