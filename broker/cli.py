@@ -94,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     asks for a shutdown. Either way the on-shutdown actions run first and the exit code is 0."""
     import trio
 
+    from broker.server.gctuning import tune_garbage_collector
     from broker.server.kernel import Broker
 
     config = _load(args.config)
@@ -108,6 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(broker.serve)
+                tune_garbage_collector()
                 log.info("broker %s ready (instance %s)", __version__, config.name)
                 reason = await _wait_for_stop(signals, broker)
                 log.info("%s, shutting down", reason)

@@ -64,7 +64,13 @@ class Memo(dict[K, V]):
         self._total = 0
 
     def __missing__(self, key: K) -> V:
-        value = self._compute(key)
+        return self.keep(key, self._compute(key))
+
+    def keep(self, key: K, value: V) -> V:
+        """Keep ``value`` for ``key`` under the memo's bounds (what a miss does once it has computed the
+        value: for a caller that computed it elsewhere, e.g. in a worker thread). Returns ``value``."""
+        if key in self:
+            return self[key]
         if self._cost is None:
             if len(self) >= self._limit:
                 self.clear()

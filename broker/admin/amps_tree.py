@@ -23,13 +23,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import trio
+
 from broker.stats.host import HostSampler, process_memory
 from broker.stats.rates import RateSampler
 from broker.stats.snapshot import BrokerSnapshot, HistogramSnapshot
 
-__all__ = ["AmpsTreeBuilder", "format_timestamp", "format_uptime", "render_values", "select"]
+__all__ = ["CLIENT_SLICE", "AmpsTreeBuilder", "format_timestamp", "format_uptime", "render_values", "select"]
 
 Tree = dict[str, Any]
+
+#: Clients per event-loop step when the tree is built on the loop (:meth:`AmpsTreeBuilder.build_sliced`):
+#: about a millisecond of work.
+CLIENT_SLICE = 100
 
 
 def format_uptime(seconds: float) -> str:
@@ -169,31 +175,67 @@ class AmpsTreeBuilder:
             The rendered tree (all leaves are strings).
         """
         now = self._clock()
-        tree = {"amps": {"host": self._host.sample(now), "instance": self._instance(snapshot, now)}}
-        return render_values(tree)
+        rate = self._rate_function(snapshot, now)
+        clients = [render_values(_client_row(c, rate)) for c in snapshot["clients"]]
+        return self._assemble(snapshot, now, rate, clients)
 
-    def _instance(self, snap: BrokerSnapshot, now: float) -> dict[str, Any]:
-        info, counters = snap["instance"], snap["counters"]
+    async def build_sliced(self, snapshot: BrokerSnapshot, slice_size: int = CLIENT_SLICE) -> Tree:
+        """:meth:`build`, run on the event loop: the per-client work (rates and rows, the bulk of the tree
+        with many clients) in slices of ``slice_size`` clients with a trio checkpoint between them, so no
+        step holds the loop for more than about a millisecond whatever the number of clients."""
+        now = self._clock()
+        flows = self._global_flows(snapshot)
+        clients = snapshot["clients"]
+        for start in range(0, len(clients), slice_size):
+            _client_flows(flows, clients[start : start + slice_size])
+            await trio.sleep(0)
+        rates = self._rates.update(flows, now)
+        await trio.sleep(0)
+
+        def rate(*key: str) -> float:
+            return rates.get(key, 0.0)
+
+        rows: list[Any] = []
+        for start in range(0, len(clients), slice_size):
+            rows.extend(render_values(_client_row(c, rate)) for c in clients[start : start + slice_size])
+            await trio.sleep(0)
+        return self._assemble(snapshot, now, rate, rows)
+
+    def _global_flows(self, snap: BrokerSnapshot) -> dict[Any, float]:
+        counters = snap["counters"]
         flows: dict[Any, float] = {
             ("all", "messages_received"): counters["messages_received"],
             ("all", "matches_found"): counters["messages_delivered"],
             ("all", "messages_received_bytes"): counters["bytes_in"],
             ("all", "matches_found_bytes"): counters["bytes_out"],
         }
-        for c in snap["clients"]:
-            for field in ("messages_in", "messages_out", "bytes_in", "bytes_out"):
-                flows[("client", c["id"], field)] = c[field]
         for topic, sow in snap["sow"].items():
             for field in ("inserts", "updates", "deletes", "queries"):
                 flows[("sow", topic, field)] = sow[field]
         for topic, t in snap["topics"].items():
             for field in ("messages_received", "messages_delivered"):
                 flows[("topic", topic, field)] = t[field]
+        return flows
+
+    def _rate_function(self, snap: BrokerSnapshot, now: float) -> Callable[..., float]:
+        flows = self._global_flows(snap)
+        _client_flows(flows, snap["clients"])
         rates = self._rates.update(flows, now)
 
         def rate(*key: str) -> float:
             return rates.get(key, 0.0)
 
+        return rate
+
+    def _assemble(self, snapshot: BrokerSnapshot, now: float, rate: Callable[..., float], clients: list[Any]) -> Tree:
+        """The rendered tree, with the client rows already rendered (``clients``)."""
+        tree = {"amps": {"host": self._host.sample(now), "instance": self._instance(snapshot, now, rate)}}
+        rendered = render_values(tree)
+        rendered["amps"]["instance"]["clients"] = clients
+        return rendered
+
+    def _instance(self, snap: BrokerSnapshot, now: float, rate: Callable[..., float]) -> dict[str, Any]:
+        info, counters = snap["instance"], snap["counters"]
         instance: dict[str, Any] = {
             "name": info["name"],
             "version": info["version"],
@@ -220,30 +262,7 @@ class AmpsTreeBuilder:
                     "throttle_count": 0,
                 }
             ],
-            "clients": [
-                {
-                    "id": c["id"],
-                    "client_name": c["client_name"],
-                    "remote_address": c["remote"],
-                    "connect_time": format_timestamp(c["connected_at"]),
-                    "messages_in": c["messages_in"],
-                    "messages_in_per_sec": rate("client", c["id"], "messages_in"),
-                    "messages_out": c["messages_out"],
-                    "messages_out_per_sec": rate("client", c["id"], "messages_out"),
-                    "bytes_in": c["bytes_in"],
-                    "bytes_in_per_sec": rate("client", c["id"], "bytes_in"),
-                    "bytes_out": c["bytes_out"],
-                    "bytes_out_per_sec": rate("client", c["id"], "bytes_out"),
-                    "subscription_count": c["subscriptions"],
-                    "queued_bytes_out": c["queued_bytes"],
-                    # Not measured yet; present (as 0) because 60East's exporter reads them.
-                    "queue_depth_out": 0,
-                    "queue_max_latency": 0,
-                    "transport_rx_queue": 0,
-                    "transport_tx_queue": 0,
-                }
-                for c in snap["clients"]
-            ],
+            "clients": [],  # rendered separately (_client_row), in slices by build_sliced
             "subscriptions": [
                 {"id": kind, "subscription_count": n} for kind, n in snap["subscriptions"].items()
             ],
@@ -309,3 +328,34 @@ class AmpsTreeBuilder:
                 "write_latency": _histogram_tree(journal["fsync"]),
             }
         return instance
+
+
+def _client_flows(flows: dict[Any, float], clients: list[Any]) -> None:
+    for c in clients:
+        for field in ("messages_in", "messages_out", "bytes_in", "bytes_out"):
+            flows[("client", c["id"], field)] = c[field]
+
+
+def _client_row(c: Any, rate: Callable[..., float]) -> dict[str, Any]:
+    """One client's element of ``/amps/instance/clients`` (unrendered values)."""
+    return {
+        "id": c["id"],
+        "client_name": c["client_name"],
+        "remote_address": c["remote"],
+        "connect_time": format_timestamp(c["connected_at"]),
+        "messages_in": c["messages_in"],
+        "messages_in_per_sec": rate("client", c["id"], "messages_in"),
+        "messages_out": c["messages_out"],
+        "messages_out_per_sec": rate("client", c["id"], "messages_out"),
+        "bytes_in": c["bytes_in"],
+        "bytes_in_per_sec": rate("client", c["id"], "bytes_in"),
+        "bytes_out": c["bytes_out"],
+        "bytes_out_per_sec": rate("client", c["id"], "bytes_out"),
+        "subscription_count": c["subscriptions"],
+        "queued_bytes_out": c["queued_bytes"],
+        # Not measured yet; present (as 0) because 60East's exporter reads them.
+        "queue_depth_out": 0,
+        "queue_max_latency": 0,
+        "transport_rx_queue": 0,
+        "transport_tx_queue": 0,
+    }

@@ -16,8 +16,11 @@ Routes:
   Anything else is 404; a known path with a wrong method is 405.
 
 Everything served under ``/metrics`` and ``/amps`` is a view over the :class:`StatisticsSampler`'s latest
-sample, rendered in a worker thread once per sample and path and then served from a cache, so a request
-costs the same with 10 or 10,000 clients and the event loop never renders a large tree. Request paths and
+sample, rendered once per sample and path (and once more gzip-compressed, for clients that accept gzip)
+and then served as cached bytes, so a request costs the same with 10 or 10,000 clients. The ``/amps``
+tree is built on the event loop in slices of a hundred clients (a worker thread running Python would
+take the GIL from the loop in 5 ms turns); the Prometheus exposition, whose size does not grow with the
+number of clients, is encoded in a worker thread, and gzip runs in one (zlib releases the GIL). Request paths and
 query strings are bounded (:data:`MAX_PATH_BYTES`, :data:`MAX_PATH_SEGMENTS`, :data:`MAX_QUERY_BYTES`).
 
 The application never raises to the server: a failing statistics source or action is logged and
@@ -154,14 +157,17 @@ class AdminApp:
         assert self._rendering is not None, "the collector runs only inside _render"
         return self._rendering
 
-    async def _render(self, key: Hashable, render: Callable[[BrokerSnapshot], Any]) -> tuple[tuple[bytes, bytes], Any]:
-        """``render(snapshot)`` for the latest sample, in a worker thread, once per sample and key.
+    async def _render(
+        self, key: Hashable, produce: Callable[[BrokerSnapshot], Awaitable[Any]]
+    ) -> tuple[tuple[bytes, bytes], Any]:
+        """``await produce(snapshot)`` for the latest sample, once per sample and key; later requests for the
+        same key and sample get the cached value (a response body: bytes served as they are).
 
         Returns:
-            The ``X-Statistics-Sample`` header of that sample, and what ``render`` returned.
+            The ``X-Statistics-Sample`` header of that sample, and what ``produce`` returned.
 
         Raises:
-            Exception: The latest sample failed, or ``render`` did.
+            Exception: The latest sample failed, or ``produce`` did.
         """
         generation, snapshot = await self.sampler.current()
         async with self._render_lock:
@@ -171,21 +177,43 @@ class AdminApp:
             header = (SAMPLE_HEADER, str(generation).encode())
             if key in self._cache:
                 return header, self._cache[key]
-            self._rendering = snapshot
-            try:
-                value = await trio.to_thread.run_sync(render, snapshot, limiter=self._render_limiter)
-            finally:
-                self._rendering = None
+            value = await produce(snapshot)
             if len(self._cache) < MAX_CACHED_RENDERINGS:
                 self._cache[key] = value
             return header, value
 
-    def _tree_for(self, snapshot: BrokerSnapshot) -> dict[str, Any]:
-        """The ``/amps`` tree of the sample being rendered, built once per sample (in the worker thread,
-        under the render lock, which is what makes touching the cache safe here)."""
+    async def _body(
+        self, key: Hashable, produce: Callable[[BrokerSnapshot], Awaitable[bytes | None]], gzipped: bool
+    ) -> tuple[tuple[bytes, bytes], bytes | None]:
+        """The body for ``key`` (cached per sample), gzip-compressed (also cached) when ``gzipped``."""
+        sample, body = await self._render(key, produce)
+        if not gzipped or body is None:
+            return sample, body
+
+        async def compress(_: BrokerSnapshot) -> bytes:
+            # zlib releases the GIL while it compresses: the event loop runs on meanwhile.
+            return await trio.to_thread.run_sync(gzip.compress, body, 5, limiter=self._render_limiter)
+
+        return await self._render((key, "gzip"), compress)
+
+    async def _encode_metrics(self, encoder: Callable[[Any], bytes], registry: Any, snapshot: BrokerSnapshot) -> bytes:
+        """The Prometheus exposition of ``snapshot`` (a fixed, small number of families: rendered in a worker
+        thread, whose cost does not grow with the number of clients)."""
+        self._rendering = snapshot
+        try:
+            return await trio.to_thread.run_sync(encoder, registry, limiter=self._render_limiter)
+        finally:
+            self._rendering = None
+
+    async def _tree_for(self, snapshot: BrokerSnapshot) -> dict[str, Any]:
+        """The ``/amps`` tree of the sample being rendered, built once per sample on the event loop in slices
+        of :data:`~broker.admin.amps_tree.CLIENT_SLICE` clients (runs under the render lock, which is what
+        makes touching the cache safe here). Built on the loop rather than in a worker thread: a thread
+        running Python for tens of milliseconds takes the GIL from the loop in 5 ms turns, and every
+        message waits behind them."""
         tree = self._cache.get("tree")
         if tree is None:
-            tree = self._cache["tree"] = self._tree.build(snapshot)
+            tree = self._cache["tree"] = await self._tree.build_sliced(snapshot)
         return tree
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -216,7 +244,7 @@ class AdminApp:
             if method not in ("GET", "HEAD"):
                 await _method_not_allowed(send, "GET, HEAD")
                 return
-            await self._amps(send, method, path)
+            await self._amps(send, method, path, headers)
         elif path == "/" or path == _CONSOLE or path.startswith(_CONSOLE + "/"):
             if method not in ("GET", "HEAD"):
                 await _method_not_allowed(send, "GET, HEAD")
@@ -225,13 +253,16 @@ class AdminApp:
         else:
             await _respond(send, 404, f"Not found: {path}. Try /metrics or /amps.json.\n".encode(), _TEXT)
 
+    async def _console_state(self, snapshot: BrokerSnapshot) -> bytes:
+        """``state.json`` of a sample (small: a few series per topic, never per client): on the loop."""
+        return orjson.dumps(self.console.build(snapshot, self.sampler.taken_at or 0.0))
+
     async def _console(self, send: Send, method: str, path: str) -> None:
         """The web console: its static files, the AMPS JavaScript client, and ``state.json``."""
         name = "index.html" if path in ("/", _CONSOLE, _CONSOLE + "/") else path[len(_CONSOLE) + 1:]
         if name == "state.json":
             try:
-                sample, state = await self._render(
-                    "console", lambda snap: orjson.dumps(self.console.build(snap, self.sampler.taken_at or 0.0)))
+                sample, state = await self._render("console", self._console_state)
             except Exception as exc:
                 log.exception("building the console state failed")
                 await _respond(send, 500, f"Reading statistics failed: {exc}\n".encode(), _TEXT)
@@ -251,29 +282,36 @@ class AdminApp:
         names = parse_qs(query.decode("latin-1")).get("name[]")
         if names:
             registry = registry.restricted_registry(names)
+        gzipped = gzip_accepted(headers.get("accept-encoding", ""))
         try:
-            sample, body = await self._render(
-                ("metrics", content_type, tuple(names or ())), lambda _: encoder(registry)
+            sample, body = await self._body(
+                ("metrics", content_type, tuple(names or ())),
+                lambda snap: self._encode_metrics(encoder, registry, snap),
+                gzipped,
             )
         except Exception as exc:  # a broken source must not take the endpoint down for good
             log.exception("collecting metrics failed")
             await _respond(send, 500, f"Collecting metrics failed: {exc}\n".encode(), _TEXT)
             return
+        assert body is not None
         extra: list[tuple[bytes, bytes]] = [sample]
-        if gzip_accepted(headers.get("accept-encoding", "")):
-            body = gzip.compress(body, compresslevel=5)
+        if gzipped:
             extra.append((b"content-encoding", b"gzip"))
         async with self._senders:
             await _respond(send, 200, body, content_type, extra, head=method == "HEAD")
 
-    async def _amps(self, send: Send, method: str, path: str) -> None:
+    async def _amps(self, send: Send, method: str, path: str, headers: dict[str, str]) -> None:
         as_json = path.endswith(".json")
         bare = path.removesuffix(".json").rstrip("/") or "/amps"
         segments = bare.split("/")[2:]  # "/amps/a/b" -> ["a", "b"]
+        gzipped = gzip_accepted(headers.get("accept-encoding", ""))
+
+        async def produce(snap: BrokerSnapshot) -> bytes | None:
+            # On the loop: orjson writes the 2,000-client tree (0.9 MB) in about a millisecond.
+            return _amps_body(await self._tree_for(snap), segments, bare, as_json)
+
         try:
-            sample, body = await self._render(
-                (as_json, bare), lambda snap: _amps_body(self._tree_for(snap), segments, bare, as_json)
-            )
+            sample, body = await self._body((as_json, bare), produce, gzipped)
         except Exception as exc:
             log.exception("building the /amps tree failed")
             await _respond(send, 500, f"Reading statistics failed: {exc}\n".encode(), _TEXT)
@@ -282,8 +320,9 @@ class AdminApp:
             await _respond(send, 404, f"No statistic at {bare}. Start from /amps.json.\n".encode(), _TEXT)
         else:
             content_type = "application/json" if as_json else "text/html; charset=utf-8"
+            extra = [sample, (b"content-encoding", b"gzip")] if gzipped else [sample]
             async with self._senders:
-                await _respond(send, 200, body, content_type, [sample], head=method == "HEAD")
+                await _respond(send, 200, body, content_type, extra, head=method == "HEAD")
 
     async def _administrator(self, send: Send, name: str, query: bytes) -> None:
         if not name:
@@ -316,7 +355,7 @@ class AdminApp:
 
 
 def _amps_body(tree: dict[str, Any], segments: list[str], bare: str, as_json: bool) -> bytes | None:
-    """The JSON or HTML of the node at ``segments`` (``None`` when there is none); runs in a worker thread."""
+    """The JSON or HTML of the node at ``segments`` (``None`` when there is none)."""
     found = select(tree, segments)
     if found is None:
         return None

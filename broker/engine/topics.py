@@ -1,15 +1,18 @@
 """Topic patterns: literal topics and AMPS regex topics.
 
 AMPS treats a subscription topic that contains regular-expression metacharacters as a regex, matched
-unanchored against the topic of each message (``^`` and ``$`` anchor explicitly).
+unanchored against the topic of each message (``^`` and ``$`` anchor explicitly). Topic regexes run on
+RE2 (the engine LIKE uses, :func:`broker.expr._regex.compile_like`): time linear in the topic whatever
+the pattern, so a subscription such as ``(a+)+$`` cannot stall the event loop while messages are routed;
+PCRE constructs RE2 lacks (look-around, back-references) are refused with ``bad regex topic``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from broker.errors import CommandError
+from broker.expr._regex import LikeRegexError, Regex, compile_like
 
 _REGEX_CHARS = frozenset(".*+?[](){}^$|\\")
 
@@ -24,7 +27,7 @@ class TopicPattern:
     """A subscription's topic: literal, or a compiled regex."""
 
     text: str
-    regex: re.Pattern[str] | None
+    regex: Regex | None
 
     @classmethod
     def compile(cls, text: str) -> TopicPattern:
@@ -38,12 +41,12 @@ class TopicPattern:
         if not is_regex_topic(text):
             return cls(text, None)
         try:
-            return cls(text, re.compile(text))
-        except re.error as exc:
+            return cls(text, compile_like(text, kind="a regex topic"))
+        except LikeRegexError as exc:
             raise CommandError("bad regex topic", f"bad regex topic {text!r}: {exc}") from None
 
     def matches(self, topic: str) -> bool:
         """Whether a message published to ``topic`` is in scope."""
         if self.regex is None:
             return topic == self.text
-        return self.regex.search(topic) is not None
+        return self.regex.search(topic)

@@ -79,7 +79,7 @@ class Regex:
 
     __slots__ = ("_re", "cost", "pattern", "search")
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, kind: str = "LIKE") -> None:
         self.pattern = pattern
         self._re: _re2.RE2 | None = None
         self.cost = 2 * len(pattern) + 100
@@ -90,7 +90,7 @@ class Regex:
             return
         compiled = _re2.RE2(pattern.encode("utf-8", "surrogatepass"), _OPTIONS)
         if not compiled.ok():
-            raise LikeRegexError(_explain(pattern, compiled.error()))
+            raise LikeRegexError(_explain(pattern, compiled.error(), kind))
         self._re = compiled
         self.cost += 1024 + 64 * compiled.ProgramSize()
         match = compiled.Match
@@ -123,11 +123,12 @@ def _literal_search(pattern: str) -> Callable[[str], bool] | None:
     return (lambda t: t.startswith(body)) if starts else (lambda t: t.endswith(body))
 
 
-def compile_like(pattern: str) -> Regex:
-    """Compile a LIKE pattern with RE2.
+def compile_like(pattern: str, kind: str = "LIKE") -> Regex:
+    """Compile a LIKE pattern (or a regex topic) with RE2.
 
     Args:
         pattern: The regular expression as written after ``LIKE`` (PCRE syntax, minus what RE2 lacks).
+        kind: What the pattern is, for error messages (``"LIKE"``, ``"regex topics"``).
 
     Returns:
         The compiled :class:`Regex`.
@@ -136,15 +137,15 @@ def compile_like(pattern: str) -> Regex:
         LikeRegexError: the pattern is not valid, uses a PCRE construct RE2 does not support (the message
             names it), or needs more than :data:`MAX_REGEX_MEMORY` once compiled.
     """
-    return Regex(pattern)
+    return Regex(pattern, kind)
 
 
-def _explain(pattern: str, error: bytes | str) -> str:
+def _explain(pattern: str, error: bytes | str, kind: str = "LIKE") -> str:
     detail = error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
     construct = unsupported_construct(pattern)
     if construct:
         return (
-            f"LIKE does not support {construct}: patterns run on RE2, a linear-time engine without the PCRE"
+            f"{kind} does not support {construct}: patterns run on RE2, a linear-time engine without the PCRE"
             " features that need backtracking (see 'LIKE and regular expressions' in docs/filters.md)"
         )
     if "pattern too large" in detail:

@@ -377,6 +377,13 @@ class Session:
             if self.grants is not None:
                 header = self._entitled(command, header)
             self.ack(header, acks, "parsed")
+            text = header.get("filter")
+            if text and self.engine.needs_compiling(text):
+                # A long filter compiles in a worker thread; this client's later commands wait for this
+                # one (the reader awaits each dispatch), so its acks and results stay in order.
+                compiled = await trio.to_thread.run_sync(self.engine.compile_uncached, text,
+                                                         limiter=FILTER_COMPILE_LIMITER)
+                self.engine.keep_filter(text, compiled)
             await handler(self, header, body, acks)
         except BrokerError as exc:
             self._failed(header, acks, command, exc)
@@ -748,6 +755,10 @@ MAX_CLIENT_NAME = 1024
 def _text_field(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
+
+#: Long filters compile in worker threads one at a time: a client sending many of them holds one thread, and
+#: the GIL, at most.
+FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 
 #: Commands :meth:`Session._publish_now` applies directly when they ask for no ack.
 _PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})

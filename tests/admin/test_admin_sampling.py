@@ -4,12 +4,14 @@ keeps its interval (the real broker's interval: test_admin_kernel_sampling.py)."
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 import trio
 import trio.testing
 
 from broker.admin import StatisticsSampler
-from broker.admin.amps_tree import AmpsTreeBuilder
+from broker.admin.amps_tree import CLIENT_SLICE, AmpsTreeBuilder
 from broker.admin.app import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_QUERY_BYTES
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,8 +32,13 @@ async def test_concurrent_requests_share_one_sample_and_one_rendering(admin_port
     source.frozen = True
     _many_clients(source, 2000)
     builds = []
-    real_build = AmpsTreeBuilder.build
-    monkeypatch.setattr(AmpsTreeBuilder, "build", lambda self, snap: builds.append(1) or real_build(self, snap))
+    real_build = AmpsTreeBuilder.build_sliced
+
+    async def counted_build(self, snap):  # noqa: ANN001, ANN202
+        builds.append(1)
+        return await real_build(self, snap)
+
+    monkeypatch.setattr(AmpsTreeBuilder, "build_sliced", counted_build)
     replies = []
 
     async def get(path: str) -> None:
@@ -50,6 +57,46 @@ async def test_concurrent_requests_share_one_sample_and_one_rendering(admin_port
     await sampler.sample()
     again = await http(f"http://127.0.0.1:{admin_port}/amps.json")
     assert again.headers["x-statistics-sample"] == "2" and len(builds) == 2
+
+
+async def test_the_tree_is_built_in_slices_and_equals_the_one_step_build(source) -> None:
+    source.frozen = True
+    _many_clients(source, 2000)
+    snapshot = source()
+    steps = 0
+    done = trio.Event()
+    result = {}
+
+    async def count() -> None:  # runs once per checkpoint the sliced build gives the event loop
+        nonlocal steps
+        while not done.is_set():
+            steps += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(count)
+        result["tree"] = await AmpsTreeBuilder(clock=lambda: 1_800_000_000.0).build_sliced(snapshot)
+        done.set()
+    assert steps >= 2 * 2000 // CLIENT_SLICE, "the client rows are built a slice per loop step"
+    whole = AmpsTreeBuilder(clock=lambda: 1_800_000_000.0).build(snapshot)
+    sliced = result["tree"]
+    for tree in (whole, sliced):  # the host and process samples differ between two builds
+        tree["amps"].pop("host")
+        tree["amps"]["instance"].pop("memory")
+    assert sliced == whole and len(sliced["amps"]["instance"]["clients"]) == 2000
+
+
+async def test_gzip_bodies_are_compressed_once_per_sample(admin_port, source, http) -> None:
+    source.frozen = True
+    _many_clients(source, 500)
+    url = f"http://127.0.0.1:{admin_port}"
+    plain = await http(url + "/amps.json")
+    compressed = [await http(url + "/amps.json", headers={"Accept-Encoding": "gzip"}) for _ in range(3)]
+    assert {r.headers.get("content-encoding") for r in compressed} == {"gzip"}
+    assert {r.body for r in compressed} == {compressed[0].body}, "served from the cache, byte for byte"
+    assert gzip.decompress(compressed[0].body) == plain.body and len(compressed[0].body) < len(plain.body) // 5
+    metrics = await http(url + "/metrics", headers={"Accept-Encoding": "gzip"})
+    assert b"broker_clients_connected" in gzip.decompress(metrics.body)
 
 
 async def test_request_paths_and_query_strings_are_bounded(admin_port, source, http) -> None:
