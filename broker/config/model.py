@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from broker.errors import ConfigIssue
+from broker.expr import MAX_FILTER_DEPTH, MAX_FILTER_LENGTH
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -244,6 +245,10 @@ class Config:
     #: The instance's ``<Authentication>`` / ``<Entitlement>``; ``None``: AMPS's allow-all defaults.
     authentication: PluginRef | None = None
     entitlement: PluginRef | None = None
+    #: ``<MaxFilterLength>`` (broker extension): the longest content filter accepted, in characters.
+    max_filter_length: int = MAX_FILTER_LENGTH
+    #: ``<MaxFilterDepth>`` (broker extension): the deepest nesting of a content filter accepted.
+    max_filter_depth: int = MAX_FILTER_DEPTH
     #: Elements AMPS defines that the broker does not support yet, and other non-fatal notes.
     warnings: tuple[ConfigIssue, ...] = ()
     #: The fully expanded XML text (``${VAR}`` and ``<Include>`` resolved), as ``--dump-config`` prints.

@@ -339,6 +339,11 @@ ROOT = group(
          "outbound queues and frames being received. A frame whose declared size does not fit closes its "
          "connection before its payload is read; outbound queues past it offline the largest consumers "
          "first (as slow clients). 0: no limit.", "1GB"),
+    leaf("MaxFilterLength", "count", "Broker extension: the longest content filter a client may "
+         "send, in characters, 1 to 262144; a longer one is refused with a bad filter failure naming the "
+         "limit. Filters of 2 KiB and more compile in a worker thread.", "32768"),
+    leaf("MaxFilterDepth", "count", "Broker extension: the deepest nesting (parentheses, NOT) of a content "
+         "filter, 1 to 100; a deeper one is refused with a bad filter failure naming the limit.", "40"),
     leaf("ConfigIncludeCommentDefault", "boolean", "Default of <Include comment=\"...\">: mark included text "
          "with comments in the expanded configuration.", "false"),
     leaf("ConfigCycleDetectionThreshold", "size", "Largest total size of the configuration with every "

@@ -46,6 +46,7 @@ from broker.config.schema import suggestion
 from broker.config.sow_topics import build_sow_topics
 from broker.config.transaction_log import build_transaction_log
 from broker.config.values import ANY_HOST, parse_address, parse_count
+from broker.expr import MAX_FILTER_DEPTH, MAX_FILTER_LENGTH
 from broker.messagetypes import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 
 _WILDCARD_HOSTS = {ANY_HOST, "::", ""}
@@ -98,6 +99,8 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
                  "AMPS advises against (the name is used in file names)")
     client_buffer = reader.size(root, "MessageMemoryLimit", default=DEFAULT_CLIENT_BUFFER)
     total_memory = reader.size(root, "TotalMessageMemoryLimit", default=DEFAULT_TOTAL_MEMORY_LIMIT)
+    filter_length = reader.value_of(root, "MaxFilterLength", _filter_length, MAX_FILTER_LENGTH)
+    filter_depth = reader.value_of(root, "MaxFilterDepth", _filter_depth, MAX_FILTER_DEPTH)
     # Read for their errors: the loader already applied them.
     reader.boolean(root, "ConfigIncludeCommentDefault", False)
     reader.size(root, "ConfigCycleDetectionThreshold", default=0)
@@ -114,11 +117,12 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     actions = _actions(reader, root)
     logging_config = build_logging(reader, child(root, "Logging"))
     authentication, entitlement = _security(reader, root)
-    if name is None or total_memory is None:
+    if name is None or total_memory is None or filter_length is None or filter_depth is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
                   transaction_log=transaction_log, actions=actions, logging=logging_config,
-                  total_memory_limit=total_memory, authentication=authentication, entitlement=entitlement)
+                  total_memory_limit=total_memory, authentication=authentication, entitlement=entitlement,
+                  max_filter_length=filter_length, max_filter_depth=filter_depth)
 
 
 def _security(reader: Reader, el: etree._Element) -> tuple[PluginRef | None, PluginRef | None]:
@@ -128,6 +132,32 @@ def _security(reader: Reader, el: etree._Element) -> tuple[PluginRef | None, Plu
         found = child(el, tag)
         refs.append(reader.plugin_ref(found) if found is not None else None)
     return refs[0], refs[1]
+
+
+#: The largest ``<MaxFilterLength>``: compiling costs 2-6 microseconds per character (in a worker thread,
+#: but holding the GIL and memory while it runs).
+MAX_FILTER_LENGTH_LIMIT = 256 * 1024
+#: The largest ``<MaxFilterDepth>``: parsing and compiling recurse a few frames per level, and Python's
+#: recursion limit is reached at about 150.
+MAX_FILTER_DEPTH_LIMIT = 100
+
+
+def _filter_length(text: str) -> int:
+    """``<MaxFilterLength>``: characters, 1 to :data:`MAX_FILTER_LENGTH_LIMIT`."""
+    value = parse_count(text, minimum=1)
+    if value > MAX_FILTER_LENGTH_LIMIT:
+        raise ValueError(f"MaxFilterLength {value} is too large: the maximum is {MAX_FILTER_LENGTH_LIMIT} "
+                         "characters (a filter costs 2-6 microseconds per character to compile)")
+    return value
+
+
+def _filter_depth(text: str) -> int:
+    """``<MaxFilterDepth>``: levels, 1 to :data:`MAX_FILTER_DEPTH_LIMIT`."""
+    value = parse_count(text, minimum=1)
+    if value > MAX_FILTER_DEPTH_LIMIT:
+        raise ValueError(f"MaxFilterDepth {value} is too large: the maximum is {MAX_FILTER_DEPTH_LIMIT}, which "
+                         "keeps parsing and compiling a filter within Python's recursion limit")
+    return value
 
 
 # -- Admin -------------------------------------------------------------------------------------------------

@@ -54,13 +54,28 @@ class FilterStatistics:
         function_errors: Calls to plugin functions that raised; each was treated as NULL.
         evaluation_errors: Evaluations that raised (a message nested too deeply for the evaluator, a field
             of an unexpected type, ...); each counted as "no match" (NULL) for this filter only.
+        totals: Counters shared with other filters (the broker's, for Prometheus) that count the same
+            errors too, or ``None``.
     """
 
-    __slots__ = ("evaluation_errors", "function_errors")
+    __slots__ = ("evaluation_errors", "function_errors", "totals")
 
-    def __init__(self) -> None:
+    def __init__(self, totals: FilterStatistics | None = None) -> None:
         self.function_errors = 0
         self.evaluation_errors = 0
+        self.totals = totals
+
+    def evaluation_error(self) -> None:
+        """Count one evaluation that raised (here and in :attr:`totals`)."""
+        self.evaluation_errors += 1
+        if self.totals is not None:
+            self.totals.evaluation_errors += 1
+
+    def function_error(self) -> None:
+        """Count one plugin-function call that raised (here and in :attr:`totals`)."""
+        self.function_errors += 1
+        if self.totals is not None:
+            self.totals.function_errors += 1
 
 
 # -- constant folding --------------------------------------------------------------------------------
@@ -186,7 +201,7 @@ def plugin_caller(fn: Callable[..., Any], stats: FilterStatistics) -> Callable[.
         except Exception:
             # A plugin bug must not take the engine down on the hot path; it is counted instead
             # (Filter.statistics()["function_errors"]).
-            stats.function_errors += 1
+            stats.function_error()
             return None
 
     return call
@@ -415,7 +430,7 @@ class CodeGen:
             "        _g = m.get\n"
             f"        return {body}\n"
             "    except Exception:\n"
-            "        _stats.evaluation_errors += 1\n"
+            "        _stats.evaluation_error()\n"
             f"        return {fallback}\n"
         )
         try:

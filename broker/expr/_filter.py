@@ -172,7 +172,14 @@ def _alternatives(node: Node) -> list[dict[str, Any]] | None:
     return None
 
 
-def compile_filter(text: str, functions: Mapping[str, Callable[..., Any]] | None = None) -> Filter:
+def compile_filter(
+    text: str,
+    functions: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    max_length: int = MAX_FILTER_LENGTH,
+    max_depth: int = MAX_DEPTH,
+    totals: FilterStatistics | None = None,
+) -> Filter:
     """Parse and compile an AMPS content filter.
 
     Args:
@@ -180,6 +187,10 @@ def compile_filter(text: str, functions: Mapping[str, Callable[..., Any]] | None
         functions: Extra functions callable from the filter (plugins), by name (case-insensitive).
             They receive scalar argument values (``None`` for NULL) and override built-ins of the
             same name.
+        max_length: The longest filter accepted, in characters (``<MaxFilterLength>``).
+        max_depth: The deepest nesting accepted (``<MaxFilterDepth>``).
+        totals: Counters shared by many filters (the broker's): every evaluation error and plugin-function
+            error of this filter is also counted there.
 
     Returns:
         The compiled :class:`Filter`.
@@ -187,19 +198,20 @@ def compile_filter(text: str, functions: Mapping[str, Callable[..., Any]] | None
     Raises:
         broker.errors.FilterError: the text is not a valid filter (reason ``bad filter``); the error
             carries the 1-based column of the problem. A filter longer than :data:`MAX_FILTER_LENGTH`
-            characters or nesting deeper than :data:`MAX_DEPTH` levels is refused, naming the limit.
+            characters or nesting deeper than :data:`MAX_DEPTH` levels (or the given limits) is refused,
+            naming the limit.
     """
     if not isinstance(text, str):
         raise FilterError(f"a filter is text, not {type(text).__name__}")
-    if len(text) > MAX_FILTER_LENGTH:  # refused before any parsing; the text is not echoed back
+    if len(text) > max_length:  # refused before any parsing; the text is not echoed back
         raise FilterError(
-            f"the filter is {len(text):,} characters long, over the limit of {MAX_FILTER_LENGTH:,}"
-            " (MAX_FILTER_LENGTH); split it across subscriptions or use IN (...) lists"
+            f"the filter is {len(text):,} characters long, over the limit of {max_length:,}"
+            " (<MaxFilterLength>, MAX_FILTER_LENGTH by default); split it across subscriptions or use IN (...) lists"
         )
     table: Mapping[str, FunctionSpec] = BUILTINS
     if functions:
         table = {**BUILTINS, **{name.upper(): plugin_spec(name, fn) for name, fn in functions.items()}}
-    tree = fold(Parser(text, table).parse())
-    stats = FilterStatistics()
+    tree = fold(Parser(text, table, max_depth).parse())
+    stats = FilterStatistics(totals)
     match, source = CodeGen(stats).build(tree, text)
     return Filter(text, tree, match, None, source, stats)

@@ -83,8 +83,9 @@ class Parser:
         functions: Callable functions by upper-case name (built-ins and plugins).
     """
 
-    def __init__(self, text: str, functions: Mapping[str, FunctionSpec]) -> None:
+    def __init__(self, text: str, functions: Mapping[str, FunctionSpec], max_depth: int = MAX_DEPTH) -> None:
         self.text = text
+        self.max_depth = max_depth
         self.functions = functions
         self.scanner = Scanner(text)
         self.tokens = list(self.scanner.tokens())
@@ -123,8 +124,9 @@ class Parser:
 
     def enter(self, column: int) -> None:
         self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise self.error(f"the filter nests more than {MAX_DEPTH} levels deep; simplify it", column)
+        if self.depth > self.max_depth:
+            raise self.error(f"the filter nests more than {self.max_depth} levels deep (<MaxFilterDepth>); "
+                             "simplify it", column)
 
     # -- grammar -----------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from broker.config.model import Config, SowTopicConfig
 from broker.engine.engine import Engine
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, ConfigError
-from broker.expr import compile_filter, compile_order_by
+from broker.expr import FilterStatistics, compile_filter, compile_order_by
 from broker.memo import Memo
 from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
@@ -125,6 +125,8 @@ class Broker:
             "sequence_jumps_refused": 0,
         }
         self.latency = Histogram()
+        #: Every filter's evaluation and plugin-function errors, counted together (Prometheus).
+        self.filter_errors = FilterStatistics()
         self.journal: Any = None
         self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any]]] = deque()
         #: Set when records are appended that the syncer has not covered; made in serve().
@@ -156,7 +158,8 @@ class Broker:
         self.engine = Engine(
             sow_topics=topics,
             message_types=get_message_type,
-            compile_filter=compile_filter,
+            compile_filter=partial(compile_filter, max_length=config.max_filter_length,
+                                   max_depth=config.max_filter_depth, totals=self.filter_errors),
             compile_order_by=compile_order_by,
             filter_functions=functions,
             journal=self.journal,
@@ -585,6 +588,8 @@ class Broker:
                 "publishes_refused": {kind: self.counters.get(f"publishes_refused_{kind}", 0)
                                       for kind in ("journal", "storage")},
                 "sequence_jumps_refused": self.counters["sequence_jumps_refused"],
+                "filter_errors": {"evaluation": self.filter_errors.evaluation_errors,
+                                  "function": self.filter_errors.function_errors},
                 "connections_closed": {"logon_timeout": self.counters["logon_timeouts"],
                                        "idle_timeout": self.counters["idle_timeouts"],
                                        "duplicate_name": self.counters["duplicate_name_disconnects"],

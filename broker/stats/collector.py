@@ -89,6 +89,10 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_sequence_jumps_refused_total", "counter",
           "Publishes refused because a known publisher's s jumped more than the TransactionLog's "
           "PublisherSequenceJumpLimit ahead of its last one (another client using its name)."),
+    _spec("broker_filter_errors_total", "counter",
+          "Content-filter evaluations that raised on one message, all filters together, by kind: evaluation "
+          "(the message counted as not matching for that subscription or query only) and function (a plugin "
+          "filter function raised; its value was NULL).", "kind"),
     _spec("broker_client_buffered_bytes", "gauge",
           "Bytes in client buffers, all connections together, by direction: input (frames being received, "
           "reserved at their declared size) and output (outbound queues).", "direction"),
@@ -257,6 +261,9 @@ class BrokerCollector(Collector):
         yield _labelled("broker_publishes_refused_total",
                         [("journal_full", refused.get("journal", 0)), ("storage_failed", refused.get("storage", 0))])
         yield _scalar("broker_sequence_jumps_refused_total", counters.get("sequence_jumps_refused", 0))
+        filter_errors = counters.get("filter_errors", {})
+        yield _labelled("broker_filter_errors_total",
+                        [("evaluation", filter_errors.get("evaluation", 0)), ("function", filter_errors.get("function", 0))])
         memory = counters.get("memory", {})
         yield _labelled("broker_client_buffered_bytes",
                         [("input", memory.get("input_bytes", 0)), ("output", memory.get("output_bytes", 0))])

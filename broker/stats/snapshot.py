@@ -87,6 +87,9 @@ class Counters(TypedDict):
     publishes_refused: dict[str, int]
     # publishes refused because a known publisher's s jumped more than <PublisherSequenceJumpLimit> ahead
     sequence_jumps_refused: int
+    # content-filter errors, all filters together: "evaluation" (an evaluation raised on one message and
+    # counted as no match for that subscription), "function" (a plugin filter function raised: NULL)
+    filter_errors: dict[str, int]
     # connections closed by the broker, by cause: "logon_timeout" (no logon within <LogonTimeout>),
     # "idle_timeout" (nothing received within <IdleTimeout>), "duplicate_name" (another logon took the name)
     connections_closed: dict[str, int]
@@ -283,6 +286,7 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
             "commands_failed": 0,
             "publishes_refused": {"journal": 0, "storage": 0},
             "sequence_jumps_refused": 0,
+            "filter_errors": {"evaluation": 0, "function": 0},
             "connections_closed": {"logon_timeout": 0, "idle_timeout": 0, "duplicate_name": 0},
             "security_refusals": {"logon": 0, "read": 0, "write": 0, "replay": 0, "admin": 0},
             "memory": {"limit": 0, "input_bytes": 0, "output_bytes": 0, "frames_refused": 0,

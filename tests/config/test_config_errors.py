@@ -17,6 +17,11 @@ def _topic(name: str = "t", extra: str = "", mtype: str = "json") -> str:
 
 # (id, body inserted at line 3 of <AMPSConfig> after <Name> on line 2, line, element path, message fragment)
 BAD = [
+    ("filter-length-range", "<MaxFilterLength>300000</MaxFilterLength>", 3, "/AMPSConfig/MaxFilterLength",
+     "MaxFilterLength 300000 is too large: the maximum is 262144"),
+    ("filter-depth-range", "<MaxFilterDepth>150</MaxFilterDepth>", 3, "/AMPSConfig/MaxFilterDepth",
+     "MaxFilterDepth 150 is too large: the maximum is 100"),
+    ("filter-depth-zero", "<MaxFilterDepth>0</MaxFilterDepth>", 3, "/AMPSConfig/MaxFilterDepth", "0"),
     ("unknown-element", "<Trasnports/>", 3, "/AMPSConfig/Trasnports", "Did you mean <Transports>?"),
     ("case-sensitive", "<logging/>", 3, "/AMPSConfig/logging", "Did you mean <Logging>? (names are case-sensitive)"),
     ("misplaced", "<Key>/id</Key>", 3, "/AMPSConfig/Key", "it belongs in /AMPSConfig/SOW/Topic"),

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import FilterError
-from broker.expr import MAX_FILTER_DEPTH, MAX_FILTER_LENGTH, compile_filter
+from broker.expr import MAX_FILTER_DEPTH, MAX_FILTER_LENGTH, FilterStatistics, compile_filter
 from broker.expr._regex import Regex, compile_like, unsupported_construct
 from broker.messagetypes import get_message_type
 
@@ -134,7 +134,7 @@ def test_a_filter_over_the_length_limit_is_refused_without_echoing_it() -> None:
         compile_filter(one_mb)
     text = str(info.value)
     assert info.value.reason == "bad filter"
-    assert f"over the limit of {MAX_FILTER_LENGTH:,} (MAX_FILTER_LENGTH)" in text and len(text) < 300
+    assert f"over the limit of {MAX_FILTER_LENGTH:,} (<MaxFilterLength>" in text and len(text) < 300
 
 
 def test_a_filter_at_the_length_limit_compiles() -> None:
@@ -278,3 +278,21 @@ def test_a_pattern_too_big_for_the_regex_memory_bound_is_a_bad_filter_naming_it(
     with pytest.raises(FilterError, match="nested counts multiply"):
         compile_filter("/a LIKE '((a{100}){100}){100}'")
     assert compile_filter("/a LIKE '[a-z]{1000}'")(msg('{"a": "' + "q" * 1000 + '"}')) is True
+
+
+def test_evaluation_errors_of_every_filter_are_counted_in_shared_totals() -> None:
+    totals = FilterStatistics()
+    first = compile_filter("/a/b = 1", totals=totals)
+    second = compile_filter("/a LIKE 'x'", totals=totals)
+    assert first(_Exploding(ValueError("bad"))) is False
+    assert second(_Exploding(RecursionError("deep"))) is False
+    assert second(msg('{"a": "x"}')) is True
+    assert (totals.evaluation_errors, first.statistics()["evaluation_errors"]) == (2, 1)
+
+
+def test_limits_can_be_set_per_call() -> None:
+    with pytest.raises(FilterError, match=r"over the limit of 10 \(<MaxFilterLength>"):
+        compile_filter("/abc = 12345", max_length=10)
+    with pytest.raises(FilterError, match=r"nests more than 2 levels deep \(<MaxFilterDepth>\)"):
+        compile_filter("(((/a = 1)))", max_depth=2)
+    assert compile_filter("((/a = 1))", max_depth=2)(msg('{"a": 1}')) is True
