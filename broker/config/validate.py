@@ -8,7 +8,7 @@ run reports all of them. Cross-checks between elements (duplicate names and port
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -142,22 +142,24 @@ MAX_FILTER_LENGTH_LIMIT = 256 * 1024
 MAX_FILTER_DEPTH_LIMIT = 100
 
 
-def _filter_length(text: str) -> int:
-    """``<MaxFilterLength>``: characters, 1 to :data:`MAX_FILTER_LENGTH_LIMIT`."""
-    value = parse_count(text, minimum=1)
-    if value > MAX_FILTER_LENGTH_LIMIT:
-        raise ValueError(f"MaxFilterLength {value} is too large: the maximum is {MAX_FILTER_LENGTH_LIMIT} "
-                         "characters (a filter costs 2-6 microseconds per character to compile)")
-    return value
+def _bounded_count(name: str, maximum: int, why: str) -> Callable[[str], int]:
+    """A parser of a count element ``name``: 1 to ``maximum`` (``why`` says what the bound protects)."""
+
+    def parse(text: str) -> int:
+        value = parse_count(text, minimum=1)
+        if value > maximum:
+            raise ValueError(f"{name} {value} is too large: the maximum is {maximum}, {why}")
+        return value
+
+    return parse
 
 
-def _filter_depth(text: str) -> int:
-    """``<MaxFilterDepth>``: levels, 1 to :data:`MAX_FILTER_DEPTH_LIMIT`."""
-    value = parse_count(text, minimum=1)
-    if value > MAX_FILTER_DEPTH_LIMIT:
-        raise ValueError(f"MaxFilterDepth {value} is too large: the maximum is {MAX_FILTER_DEPTH_LIMIT}, which "
-                         "keeps parsing and compiling a filter within Python's recursion limit")
-    return value
+#: ``<MaxFilterLength>``: characters, 1 to :data:`MAX_FILTER_LENGTH_LIMIT`.
+_filter_length = _bounded_count("MaxFilterLength", MAX_FILTER_LENGTH_LIMIT,
+                                "as a filter costs 2-6 microseconds per character to compile")
+#: ``<MaxFilterDepth>``: levels, 1 to :data:`MAX_FILTER_DEPTH_LIMIT`.
+_filter_depth = _bounded_count("MaxFilterDepth", MAX_FILTER_DEPTH_LIMIT,
+                               "which keeps parsing and compiling a filter within Python's recursion limit")
 
 
 # -- Admin -------------------------------------------------------------------------------------------------
