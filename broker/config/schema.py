@@ -281,11 +281,13 @@ TRANSACTION_LOG = group(
           leaf("MessageType", "message type", "Message type of the recorded topic.", required=True),
           repeatable=True),
     leaf("InactiveClientAckExpiration", "interval", "De-duplication entries of a publisher that persisted "
-         "nothing for this long are dropped (it starts afresh when it comes back); 0s: never.", "0s: never"),
+         "nothing for this long are dropped (it starts afresh when it comes back), for logged and unlogged "
+         "topics alike; 0s: never.", "0s: never"),
     leaf("PublisherSequenceJumpLimit", "count", "Broker extension: a publish whose sequence (s) is more "
          "than this above its publisher's last one is refused (an impostor's huge s would otherwise make "
          "the real publisher's later publishes look like duplicates); a new publisher may start anywhere; "
-         "0: no limit.", "1000000"),
+         "0: no limit. It applies to every publish, logged or not (without a TransactionLog, the default "
+         "holds).", "1000000"),
     *ignored("O_DIRECT", "CompressedJournalCacheMemoryLimit",
              note="the journal is written with buffered I/O and publisher records are kept"),
 )

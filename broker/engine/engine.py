@@ -120,6 +120,11 @@ class Engine:
         self.latency = latency
         #: Highest publish-store sequence applied per publisher name (de-duplication).
         self.publisher_seq: dict[str, int] = {}
+        #: ``<InactiveClientAckExpiration>`` in nanoseconds: a publisher without a publish this long is
+        #: forgotten by :attr:`publisher_seq` (and starts afresh, as in AMPS); 0: never.
+        self.publisher_expiration_ns = 0
+        self._publisher_active: dict[str, int] = {}
+        self._next_publisher_sweep = 0
         #: The last :meth:`expire` left due records for later (journal disk full, storage not writable).
         self.expiry_waiting = False
 
@@ -130,6 +135,17 @@ class Engine:
             return True
         dedup = getattr(self.journal, "dedup", None)
         return dedup is not None and dedup.is_duplicate(client_name, seq)
+
+    def _note_publisher(self, name: str, now_ns: int) -> None:
+        """Mark a publisher active and, at most every quarter expiration, forget the inactive ones."""
+        self._publisher_active[name] = now_ns
+        if now_ns < self._next_publisher_sweep:
+            return
+        self._next_publisher_sweep = now_ns + self.publisher_expiration_ns // 4
+        cutoff = now_ns - self.publisher_expiration_ns
+        for stale in [n for n, seen in self._publisher_active.items() if seen < cutoff]:
+            del self._publisher_active[stale]
+            self.publisher_seq.pop(stale, None)
 
     def compile_filter(self, text: str | None) -> Any:
         """A compiled filter (cached by text), or ``None`` for no filter."""
@@ -241,6 +257,8 @@ class Engine:
                 sow.upsert(record, previous)
         if seq and client.name:  # only once applied: a publish that failed may be sent again
             self.publisher_seq[client.name] = seq
+            if self.publisher_expiration_ns:
+                self._note_publisher(client.name, now_ns)
         delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
         if sow is not None and self.router.windows.covers(topic):
             assert key is not None

@@ -169,6 +169,8 @@ class Broker:
                 t.name for t in (config.transaction_log.topics if config.transaction_log else ())
             ),
         )
+        if config.transaction_log is not None:
+            self.engine.publisher_expiration_ns = int(config.transaction_log.inactive_client_ack_expiration * 1e9)
         self.replays_active = 0
         self.replays: dict[tuple[int, str], Any] = {}
         self.admin_port: int | None = None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
@@ -551,20 +552,27 @@ class Session:
 
         De-duplication treats every later ``s`` at or below the highest seen as a re-send, so one publish
         with a huge ``s`` (a client logged on under another's name) would make the real publisher's later
-        publishes be acknowledged and dropped. A publisher the journal does not know yet may start anywhere.
+        publishes be acknowledged and dropped. This holds for every publish: the last ``s`` is the highest
+        the journal knows for the publisher (logged topics, across restarts) or the highest the engine
+        applied in this run (every topic). A publisher known to neither may start anywhere.
 
         Raises:
-            CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>``.
+            CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>`` (its default
+                without a transaction log).
         """
+        if not isinstance(seq, int):
+            return
+        txlog = self.broker.config.transaction_log
+        limit = txlog.sequence_jump_limit if txlog is not None else DEFAULT_SEQUENCE_JUMP_LIMIT
+        if not limit:
+            return
+        last = self.engine.publisher_seq.get(self.name)
         journal = self.broker.journal
-        if journal is None or not isinstance(seq, int):
-            return
-        limit = self.broker.config.transaction_log.sequence_jump_limit
-        dedup = journal.dedup
-        if not limit or not dedup.is_known_hash(self.name_hash):
-            return
-        last = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
-        if seq - last > limit:
+        if journal is not None and journal.dedup.is_known_hash(self.name_hash):
+            dedup = journal.dedup
+            logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
+            last = logged if last is None else max(last, logged)
+        if last is not None and seq - last > limit:
             self.broker.counters["sequence_jumps_refused"] = self.broker.counters.get("sequence_jumps_refused", 0) + 1
             raise CommandError(
                 "invalid sequence",

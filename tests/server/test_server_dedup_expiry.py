@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 
 from broker.config.loader import load_config
+from broker.engine import engine as engine_module
+from broker.engine.engine import Engine
+from broker.expr import compile_filter, compile_order_by
+from broker.messagetypes import get_message_type
 from broker.txlog.bookmarks import client_name_hash
 from broker.txlog.dedup import PublisherDedup
 
@@ -52,3 +56,30 @@ def test_config_reads_the_expiration_and_the_jump_limit(tmp_path) -> None:  # no
     assert config.transaction_log is not None
     assert config.transaction_log.inactive_client_ack_expiration == 7200.0
     assert config.transaction_log.sequence_jump_limit == 500
+
+
+class _Publisher:
+    """The session attributes Engine.publish reads (a unit-test edge)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.message_type = get_message_type("json")
+
+
+def test_the_engines_publisher_table_forgets_inactive_publishers(monkeypatch) -> None:  # noqa: ANN001
+    clock = [10**12]
+    monkeypatch.setattr(engine_module.time, "time_ns", lambda: clock[0])
+    engine = Engine(sow_topics={}, message_types=get_message_type, compile_filter=compile_filter,
+                    compile_order_by=compile_order_by)
+    engine.publisher_expiration_ns = 60 * 10**9
+    quiet, busy = _Publisher("quiet"), _Publisher("busy")
+    engine.publish(quiet, {"topic": "t", "seq": 5}, b"{}")
+    engine.publish(busy, {"topic": "t", "seq": 7}, b"{}")
+    assert engine.is_duplicate("quiet", 5) and engine.is_duplicate("busy", 7)
+    clock[0] += 30 * 10**9
+    engine.publish(busy, {"topic": "t", "seq": 8}, b"{}")
+    clock[0] += 31 * 10**9
+    engine.publish(busy, {"topic": "t", "seq": 9}, b"{}")  # the sweep runs on a publish
+    assert not engine.is_duplicate("quiet", 5), "an inactive publisher starts afresh, as in AMPS"
+    assert engine.is_duplicate("busy", 9)
+    assert engine.publish(quiet, {"topic": "t", "seq": 1}, b"{}").duplicate is False
