@@ -80,6 +80,11 @@ class Replay:
         self.running = trio.Event()
         if not paused:
             self.running.set()
+        #: Records sent so far.
+        self.sent = 0
+        #: Whether the replay has sent everything durable and waits for the journal's next fsync (the rest
+        #: of the replay is appended but not durable: a group commit under way, or the disk is full).
+        self.waiting_for_journal = False
 
     def pause(self) -> None:
         """Hold the replay before the next record."""
@@ -206,6 +211,7 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
                                              rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
                         sent += 1
+                        replay.sent = sent
                     if problem is not None:
                         raise problem  # after the good records read before it were sent
                     if session.outbound.size > WATERMARK:
@@ -218,7 +224,9 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 break
             # The rest of the replay is not on disk yet (the journal's disk is full, or a group commit is
             # under way): wait for it, then read on from where this pass stopped.
+            replay.waiting_for_journal = True
             await broker.wait_durable()
+            replay.waiting_for_journal = False
             if read_to:
                 position = ReplayStart.after(read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.

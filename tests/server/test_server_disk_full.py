@@ -173,7 +173,12 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         await sub.send(c="subscribe", cid="replay", sub_id="replay", t="orders", bookmark="0",
                        a="processed,completed")
         await sub.wait_for(5, c="publish", sids="replay")
-        await trio.sleep(0.3)
+        # The sentinel: the replay reports that it sent what is durable and waits for the journal; by then it
+        # has sent 5 records (1-5), not 6, and has not completed.
+        replay = next(r for (_, sub_id), r in broker.replays.items() if sub_id == "replay")
+        while not replay.waiting_for_journal:
+            await trio.sleep(0.01)
+        assert replay.sent == 5
         assert len(sub.matching(c="publish", sids="replay")) == 5 and sub.matching(cid="replay", a="completed") == []
 
         stats = broker.statistics()
