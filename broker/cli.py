@@ -104,12 +104,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         broker = Broker(config)
+        tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
         # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
         # opens later, inside) takes SIGHUP over while it runs, as an explicit AMPS action does.
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(broker.serve)
-                tune_garbage_collector()
                 log.info("broker %s ready (instance %s)", __version__, config.name)
                 reason = await _wait_for_stop(signals, broker)
                 log.info("%s, shutting down", reason)

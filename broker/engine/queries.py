@@ -7,11 +7,9 @@ sow_and_subscribe), then streamed by the session at the client's pace.
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
 from broker.engine.acks import requested_acks
@@ -38,6 +36,17 @@ class QueryPart:
     topic: SowTopic
     snapshot: Snapshot
     keys: list[str] | None = None
+
+
+#: Marks a point between results where a caller streaming on the event loop may let others run.
+PAUSE = None
+#: Records read between two :data:`PAUSE` marks of a scan (a few hundred microseconds of work).
+PAUSE_EVERY = 256
+#: Records sorted in one step of a full OrderBy sort (a few milliseconds); the runs are merged lazily.
+SORT_RUN = 8192
+#: ``skip_n + top_n`` up to which an OrderBy query keeps only that many candidates (pruned as it scans);
+#: larger ones sort everything.
+MAX_HEAP_TOP = 4096
 
 
 @dataclass
@@ -77,13 +86,17 @@ class QueryPlan:
         for part in self.parts:
             part.snapshot.close()
 
-    def _matches(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
+    def _matches(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
         for part in self.parts:
             keys = self.keys if self.keys is not None else part.keys
             topic = part.topic
-            for rec, msg in topic.query(part.snapshot, predicate=self.predicate, keys=keys, now_ns=self.now_ns):
+            for item in topic.query(part.snapshot, predicate=self.predicate, keys=keys, now_ns=self.now_ns,
+                                    pause_every=PAUSE_EVERY):
+                if item is None:
+                    yield PAUSE
+                    continue
                 self.matched += 1
-                yield topic, rec, msg
+                yield topic, item[0], item[1]
 
     def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
         """``(topic, record, message)`` for the result records in order, after skip_n and top_n.
@@ -91,22 +104,72 @@ class QueryPlan:
         Without OrderBy the order is by topic (in configuration order), then by SOW key. With OrderBy
         the sort is stable (ties keep that order) and ``message`` is a lazy wrapper of the record data.
         """
+        return (item for item in self.steps() if item is not PAUSE)
+
+    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+        """:meth:`records`, with :data:`PAUSE` (``None``) between them at least every :data:`PAUSE_EVERY`
+        records read and between the steps of a sort, none of which is long: a caller on the event loop
+        (the session streaming a query) lets other clients run at a pause once its time slice is used.
+        Nothing here holds the loop in one step: the scan pauses whatever the filter matches; ``top_n``
+        with OrderBy keeps a bounded candidate list pruned to the best ``skip_n + top_n``; a full sort
+        sorts runs of :data:`SORT_RUN` records and merges them lazily.
+        """
         stream = self._matches()
         stop = None if self.top_n is None else self.skip_n + self.top_n
         if self.order_by is not None:
-            sort_key = self.order_by.sort_key
-            counter = itertools.count()
-            # (key, tie-break, topic, record): the parsed message is dropped so the held result is the
-            # record data once, not twice.
-            keyed = ((sort_key(msg), next(counter), topic, rec) for topic, rec, msg in stream)
-            ordered = heapq.nsmallest(stop, keyed) if stop is not None else sorted(keyed)
+            ordered = yield from self._ordered(stream, stop)
             stream = ((t, r, t.message_type.lazy(r.data)) for _k, _i, t, r in ordered)
-        for item in islice(stream, self.skip_n, stop):
+        limit = self.top_n
+        # Past top_n the scan goes on only to count topic_matches (count_all, as a stats ack reports it).
+        count_on = self.count_all and self.order_by is None
+        if limit == 0 and not count_on:
+            return
+        skipped = 0
+        for item in stream:
+            if item is PAUSE:
+                yield PAUSE
+                continue
+            if skipped < self.skip_n:
+                skipped += 1
+                continue
+            if limit is not None and self.returned >= limit:
+                continue  # counting only
             self.returned += 1
             yield item
-        if self.count_all and self.order_by is None:
-            for _ in stream:  # counting topic_matches past top_n, as a stats ack reports it
-                pass
+            if limit is not None and self.returned >= limit and not count_on:
+                return
+
+    def _ordered(self, stream: Iterator[tuple[SowTopic, SowRecord, Any] | None],
+                 stop: int | None) -> Generator[None, None, Iterable[tuple[Any, int, SowTopic, SowRecord]]]:
+        """Sort the matches by OrderBy (yielding :data:`PAUSE` between steps); returns them in order.
+
+        Entries are ``(key, tie-break, topic, record)``: the parsed message is dropped so the held result
+        is the record data once, not twice, and the tie-break keeps the sort stable.
+        """
+        assert self.order_by is not None
+        sort_key = self.order_by.sort_key
+        counter = 0
+        held: list[tuple[Any, int, SowTopic, SowRecord]] = []
+        bounded = stop is not None and stop <= MAX_HEAP_TOP
+        prune_at = max(2 * stop, SORT_RUN) if bounded and stop is not None else 0
+        for item in stream:
+            if item is PAUSE:
+                yield PAUSE
+                continue
+            topic, rec, msg = item
+            held.append((sort_key(msg), counter, topic, rec))
+            counter += 1
+            if bounded and len(held) >= prune_at:
+                held = heapq.nsmallest(stop, held)  # the best stop so far; bounded memory and step
+                yield PAUSE
+        if bounded:
+            return heapq.nsmallest(stop, held)
+        runs = []
+        for start in range(0, len(held), SORT_RUN):
+            runs.append(sorted(held[start:start + SORT_RUN]))
+            yield PAUSE
+        del held
+        return heapq.merge(*runs)
 
 
 def plan_query(

@@ -44,6 +44,10 @@ class KeepPlan:
         """The plan's records that ``keep`` accepts, in the plan's order."""
         return ((t, r, m) for t, r, m in self.plan.records() if self.keep(t, r, m))
 
+    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+        """:meth:`records` with the plan's pauses (:meth:`QueryPlan.steps`)."""
+        return (item for item in self.plan.steps() if item is None or self.keep(*item))
+
     @property
     def matched(self) -> int:
         """Records that passed the plan's filter so far (before ``keep``)."""

@@ -7,7 +7,7 @@ collection holds the event loop for 60-90 ms on the 2-core bench machine, and sh
 (the Admin server under 50 concurrent ``/amps.json`` loops) triggers one every second or two: those pauses
 were the whole p99 of other clients' message latency in ``python -m bench.admin_load``.
 
-:func:`tune_garbage_collector` (called once the broker serves) freezes what startup built (modules,
+:func:`tune_garbage_collector` (called once the broker is built, before it serves) freezes what startup built (modules,
 configuration, plugins: never garbage while the broker runs) out of every later collection, and raises
 the youngest generation's threshold so short-lived objects (a request, a frame, a message) die by
 reference counting before a collection promotes them; full collections become rare instead of periodic.

@@ -11,6 +11,7 @@ import itertools
 import logging
 import time
 from collections.abc import Mapping
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -45,6 +46,8 @@ _ids = itertools.count(1)
 #: Bytes of query results queued before streaming waits for the client to read (at most half the
 #: client's outbound bound, so a large result never trips the bound of a client that reads).
 QUERY_WATERMARK = 4 * 1024 * 1024
+#: Event-loop time a streaming query uses before letting other clients run (it resumes right after).
+QUERY_SLICE_SECONDS = 0.002
 
 #: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
 _template_key: tuple[Any, ...] = ()
@@ -652,16 +655,27 @@ class Session:
             outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
             batch: list[tuple[str, str, str, str, str, bytes]] = []
             watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
-            for topic, rec, _msg in plan.records():
-                batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
-                              rec.correlation_id, rec.data))
-                returned += 1
-                if len(batch) >= batch_size:
-                    # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                    self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
-                    batch = []
-                    if self.outbound.size > watermark:
-                        await self.outbound.wait_below(watermark // 2)
+            # Streamed in slices of QUERY_SLICE_SECONDS of loop time: between them other clients run (the
+            # scan, filter and sort pause at least every few hundred records, see QueryPlan.steps); this
+            # client's live messages stay held until group_end, and its later commands wait for this one.
+            steps = plan.steps() if hasattr(plan, "steps") else plan.records()
+            slice_end = perf_counter() + QUERY_SLICE_SECONDS
+            for item in steps:
+                if item is not None:
+                    topic, rec, _msg = item
+                    batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
+                                  rec.correlation_id, rec.data))
+                    returned += 1
+                    if len(batch) >= batch_size:
+                        # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
+                        self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
+                        batch = []
+                        if self.outbound.size > watermark:
+                            await self.outbound.wait_below(watermark // 2)
+                            slice_end = perf_counter() + QUERY_SLICE_SECONDS
+                if perf_counter() >= slice_end:
+                    await trio.sleep(0)
+                    slice_end = perf_counter() + QUERY_SLICE_SECONDS
             if batch:
                 self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
             self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})

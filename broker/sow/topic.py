@@ -227,6 +227,7 @@ class SowTopic:
         predicate: Callable[[Any], bool] | None = None,
         keys: Iterable[str] | None = None,
         now_ns: int = 0,
+        pause_every: int = 0,
     ) -> Iterator[tuple[SowRecord, Any]]:
         """Records of a snapshot that match, with their parsed messages, in key order.
 
@@ -236,6 +237,9 @@ class SowTopic:
             keys: Restrict to these SOW keys (a ``sow_keys`` list, or keys derived from an equality
                 filter on the key fields) instead of scanning.
             now_ns: Records expired by this time are skipped.
+            pause_every: When positive, also yield ``None`` after every this many records read (matching or
+                not), so a caller streaming on the event loop can let others run during a long scan that
+                matches little (:meth:`broker.engine.queries.QueryPlan.steps`).
         """
         self.stats.queries += 1
         # Stored records were validated when published: wrap them lazily, so a query without a filter
@@ -250,7 +254,13 @@ class SowTopic:
             pairs = ((k, v) for k in sorted({k.encode() for k in keys}) if (v := snap.get(k)) is not None)
         else:
             pairs = snap.scan()
-        for key, value in pairs:
+        if pause_every > 0:
+            pairs = _with_pauses(pairs, pause_every)
+        for pair in pairs:
+            if pair is None:
+                yield None  # type: ignore[misc]
+                continue
+            key, value = pair
             expire_at, data = split(value)
             if now_ns and expire_at and expire_at <= now_ns:
                 continue
@@ -289,3 +299,14 @@ def check_batch_size(value: int | None) -> int:
     if value < 1 or value > MAX_BATCH_SIZE:
         raise CommandError("invalid options", f"BatchSize {value} is out of range 1..{MAX_BATCH_SIZE}")
     return value
+
+
+def _with_pauses(pairs: Iterable[tuple[bytes, bytes]], every: int) -> Iterator[tuple[bytes, bytes] | None]:
+    """``pairs`` with a ``None`` after every ``every`` of them."""
+    n = 0
+    for pair in pairs:
+        yield pair
+        n += 1
+        if n == every:
+            n = 0
+            yield None

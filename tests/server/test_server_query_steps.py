@@ -1,0 +1,90 @@
+"""A SOW query streams in steps (issue 17): QueryPlan.steps() pauses during long scans and sorts, and its
+results are exactly what a one-step filter, stable sort, skip_n and top_n give."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.engine.queries import PAUSE, PAUSE_EVERY, SORT_RUN, plan_query
+from broker.expr import compile_filter, compile_order_by
+from broker.messagetypes import get_message_type
+from broker.sow.keys import KeySpec
+from broker.sow.record import SowRecord
+from broker.sow.storage import StorageSpec
+from broker.sow.topic import SowTopic
+from broker_plugins.keygen.default import DefaultKeyGenerator
+from broker_plugins.storage.memory import MemoryStorage
+
+
+def _topic(values: list[int]) -> SowTopic:
+    topic = SowTopic(name="t", message_type=get_message_type("json"), storage=MemoryStorage(StorageSpec(topic="t")),
+                     key_generator=DefaultKeyGenerator(KeySpec(topic="t", key_domain="t", key_fields=("/id",))),
+                     key_fields=("/id",))
+    mt = topic.message_type
+    for i, v in enumerate(values):
+        data = json.dumps({"id": i, "v": v}).encode()
+        key = topic.key_for(mt.parse(data), None)
+        topic.upsert(SowRecord(key, data, i + 1), topic.get(key))
+    return topic
+
+
+def _query(topic: SowTopic, **header: Any) -> tuple[list[int], list[Any], int]:
+    """(ids of the result, the raw steps, topic_matches)."""
+    plan, _ = plan_query({"topic": "t", **header}, {"t": topic}, lambda text: compile_filter(text) if text else None,
+                         compile_order_by)
+    try:
+        steps = list(plan.steps())
+    finally:
+        plan.close()
+    ids = [json.loads(item[1].data)["id"] for item in steps if item is not PAUSE]
+    return ids, steps, plan.matched
+
+
+def _expected(topic: SowTopic, values: list[int], filter_text: str | None, order: str | None,
+              top_n: int | None, skip_n: int) -> list[int]:
+    scan_order, _, _ = _query(topic)  # key order, as a scan returns the records
+    wanted = [i for i in scan_order if filter_text is None or values[i] % 3 != 0]
+    if order is not None:
+        wanted.sort(key=lambda i: values[i], reverse=order == "desc")  # stable: ties keep key order
+    stop = None if top_n is None else skip_n + top_n
+    return wanted[skip_n:stop]
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(0, 9), max_size=60), order=st.sampled_from([None, "asc", "desc"]),
+       top_n=st.one_of(st.none(), st.integers(0, 20)), skip_n=st.integers(0, 5), filtered=st.booleans())
+def test_steps_give_what_a_one_step_sort_and_slice_give(values, order, top_n, skip_n, filtered) -> None:
+    topic = _topic(values)
+    filter_text = "/v != 0 AND /v != 3 AND /v != 6 AND /v != 9" if filtered else None
+    header: dict[str, Any] = {}
+    if filter_text:
+        header["filter"] = filter_text
+    if order:
+        header["order_by"] = f"/v {order.upper()}"
+    if top_n is not None:
+        header["top_n"] = top_n
+        if skip_n:
+            header["skip_n"] = skip_n
+    ids, _, _ = _query(topic, **header)
+    assert ids == _expected(topic, values, filter_text, order, top_n, skip_n if top_n is not None else 0)
+
+
+def test_a_long_scan_and_sort_pause_often_and_stay_exact() -> None:
+    values = [(i * 7919) % 1000 for i in range(3 * SORT_RUN + 100)]
+    topic = _topic(values)
+    # A filter that matches nothing still pauses at least every PAUSE_EVERY records read.
+    ids, steps, matched = _query(topic, filter="/v > 5000")
+    assert ids == [] and matched == 0 and steps.count(PAUSE) >= len(values) // PAUSE_EVERY
+    # A full sort (runs of SORT_RUN, merged) and a top_n sort (pruned candidates) give the stable order.
+    for header in ({"order_by": "/v DESC"}, {"order_by": "/v", "top_n": 50, "skip_n": 10}):
+        ids, steps, matched = _query(topic, **header)
+        assert ids == _expected(topic, values, None, "desc" if "DESC" in header["order_by"] else "asc",
+                                header.get("top_n"), header.get("skip_n", 0))
+        assert matched == len(values)
+        # The scan pauses every PAUSE_EVERY records, the sort once per run sorted or candidate pruning; each
+        # result after that is one step of a lazy merge (or of a list).
+        assert steps.count(PAUSE) >= len(values) // PAUSE_EVERY + len(values) // SORT_RUN
