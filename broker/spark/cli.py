@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from broker.spark import jobs
     from broker.spark.session import build_session
 
+    _check(args)  # bad paths, times and topics fail here, before Spark starts
     started = time.monotonic()
     log.info("starting Spark (master %s)", args.master or "from spark-submit")
     spark = build_session(args.master or "", f"broker spark {args.spark_command}", _conf(args.conf))
@@ -93,6 +94,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"plot written to {args.plot}")
     log.info("done in %.1f s", time.monotonic() - started)
     return 0
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Resolve the journal and parse the options on the driver, so that mistakes are reported plainly.
+
+    Raises:
+        BrokerError: The path, a time, a bookmark or the topic regular expression is wrong.
+    """
+    from broker.spark.location import locate
+    from broker.spark.selection import Selection
+    from broker.txlog.bookmarks import parse_timestamp
+
+    location = locate(args.config)
+    if not location.files():
+        log.warning("no journal files in %s", ", ".join(location.directories))
+    Selection.from_options(args.topic, getattr(args, "start", None), getattr(args, "end", None))
+    if args.spark_command == "sow-at":
+        parse_timestamp(args.at)
 
 
 def _print_stats(rows: list[Any]) -> None:

@@ -258,3 +258,20 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_local_results(spark, rec
     cluster_export = _rows_of(spark, tmp_path / "cluster-export", "seq")
     assert cluster_export == _rows_of(spark, outputs / "export", "seq")
     assert len(cluster_export) > 50
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sow-at", "/no/such/dir", "--topic", "t", "--at", "20260101T000000"], "neither a directory nor"),
+    (["sow-at", "{journal}", "--topic", "t", "--at", "yesterday"], "not a timestamp"),
+    (["export", "{journal}", "--topic", "a[", "--out", "{out}"], "bad topic regular expression"),
+    (["export", "{journal}", "--from", "1|2", "--out", "{out}"], "not a bookmark"),
+])
+def test_mistakes_are_reported_plainly_before_spark_starts(recorded, tmp_path: Path, capsys, args, message) -> None:  # noqa: ANN001
+    config, _taken = recorded
+    argv = [a.format(journal=config.parent / "journal", out=tmp_path / "out") for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    assert broker_main(["spark", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
