@@ -26,7 +26,8 @@ DEBIAN_PACKAGES = {
 }
 
 #: Import name -> PyPI distribution (the ``bench`` extra in pyproject, plus what a profile needs).
-PYTHON_PACKAGES = {"nats": "nats-py", "psutil": "psutil", "pyinstrument": "pyinstrument"}
+PYTHON_PACKAGES = {"nats": "nats-py", "psutil": "psutil", "pyinstrument": "pyinstrument",
+                   "redis": "redis[hiredis]>=5.0", "hiredis": "hiredis>=2.0"}
 
 
 def find_executable(name: str) -> str | None:

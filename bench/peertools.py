@@ -1,7 +1,7 @@
-"""Drivers for the peers: redis-benchmark runs, and nats-py connections with a window of requests.
+"""Drivers for the peers: redis-benchmark runs, redis-py (with hiredis) connections, and nats-py
+connections with a window of requests.
 
-nats-py is imported lazily: the harness may install it during the run, and without it the NATS peer
-is skipped.
+redis-py and nats-py are imported lazily: the harness may install them during the run.
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ def redis_benchmark(exe: str, port: int, requests: int, command: list[str], *, c
     rps, _avg, _min, p50, _p95, p99, _max = values
     shown = [a if len(a) < 40 else a[:20] + "..." for a in argv]
     return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "argv": " ".join(shown)}
+
+
+def redis_client(port: int, timeout: float = 60.0) -> Any:
+    """A redis-py connection to the local server, replies parsed by hiredis (the C parser).
+
+    Raises:
+        RuntimeError: redis-py or hiredis is not installed (``pip install 'redis[hiredis]'``): without
+            hiredis, redis-py parses replies in pure Python and the figure would measure that parser.
+    """
+    try:
+        import redis
+        from redis.utils import HIREDIS_AVAILABLE
+    except ImportError as exc:
+        raise RuntimeError("redis-py is not installed: pip install 'redis[hiredis]'") from exc
+    if not HIREDIS_AVAILABLE:
+        raise RuntimeError("hiredis is not installed: pip install 'redis[hiredis]'")
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=timeout, protocol=2)
 
 
 def redis_figure(result: dict[str, Any], unit: str = "msg/s") -> Figure:

@@ -121,6 +121,10 @@ def start_peers(ctx: Context, needed: set[str], allow_install: bool, install_log
             ctx.log.append(f"{peer}: {exc}")
     if "nats" in needed and not ctx.nats_py:
         ctx.skipped.setdefault("nats", "nats-py not installed")
+    if "redis" in needed and not (install.has_module("redis") and install.has_module("hiredis")):
+        if "redis" in ctx.peers:
+            ctx.peers.pop("redis").stop()
+        ctx.skipped["redis"] = "redis-py with hiredis not installed (pip install 'redis[hiredis]')"
 
 
 class _Alarm:
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = machine.load_average()
     allow_install = not args.no_install
     install_log: list[str] = []
-    needed_python = ["psutil"] + (["nats"] if not args.no_peers else []) + (["pyinstrument"] if args.profile else [])
+    needed_python = ["psutil"] + (["nats", "redis", "hiredis"] if not args.no_peers else []) + (["pyinstrument"] if args.profile else [])
     have = install.ensure_python(needed_python, allowed=allow_install, log=install_log)
     if args.profile and not have.get("pyinstrument"):
         print("--profile needs pyinstrument (pip install pyinstrument)", file=sys.stderr)

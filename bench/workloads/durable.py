@@ -20,8 +20,7 @@ from bench import ampsclient
 from bench.context import Context
 from bench.figures import Figure, Latency, Row
 from bench.messages import doc
-from bench.peertools import nats_connect, redis_benchmark, redis_figure, run_async, windowed
-from bench.resp import Redis
+from bench.peertools import nats_connect, redis_benchmark, redis_client, redis_figure, run_async, windowed
 from bench.workloads.common import guard
 
 TOPIC = "bench-durable"
@@ -109,8 +108,9 @@ def redis_durable(ctx: Context) -> Figure:
     redis, exe = ctx.peer("redis"), ctx.tools.get("redis-benchmark")
     if redis is None or exe is None:
         return ctx.absent("redis", "msg/s")
-    with Redis(redis.port) as r:
-        r.call("CONFIG", "SET", "appendfsync", "always")
+    r = redis_client(redis.port)
+    try:
+        r.config_set("appendfsync", "always")
         try:
             meter = redis.meter()
             meter.start()
@@ -119,7 +119,9 @@ def redis_durable(ctx: Context) -> Figure:
                                      ["XADD", "durable", "*", "d", doc(1)], clients=16, timeout=ctx.left())
             usage = meter.stop()
         finally:
-            r.call("CONFIG", "SET", "appendfsync", "everysec")
+            r.config_set("appendfsync", "everysec")
+    finally:
+        r.close()
     fig = redis_figure(result)
     fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
     return fig

@@ -1,6 +1,6 @@
 """W5: fan-out from one publisher to 1, 4 and 16 subscribers (plain topic: no SOW, no journal).
 
-Every subscriber is its own connection; they are spread over up to 4 receiver processes. The
+Every subscriber is its own connection in its own process, for every system (the broker included). The
 publisher sends M documents carrying their send time and, for the broker and NATS, waits for a flush
 round trip every 1000 messages (flow control, so nobody is measured filling an unbounded buffer).
 Throughput is deliveries (M x subscribers) over the time from the first send to the last delivery;
@@ -42,10 +42,10 @@ NPM_CACHE = Path(__file__).resolve().parents[1] / ".npm-cache"
 
 
 def split(subscribers: int) -> list[int]:
-    """Connections per receiver process (at most 4 processes on a small machine)."""
-    procs = min(subscribers, 4 if subscribers >= 16 else 2 if subscribers >= 4 else 1)
-    base, extra = divmod(subscribers, procs)
-    return [base + (1 if i < extra else 0) for i in range(procs)]
+    """Connections per receiver process: one subscriber per process, for every system (the broker's Python
+    and Node clients, nats-py, mosquitto_sub), so no subscriber shares a client's interpreter or event
+    loop with another and the figure is not bounded by one receiving process."""
+    return [1] * subscribers
 
 
 def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dict[str, Any]],

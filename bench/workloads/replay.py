@@ -5,7 +5,7 @@ transaction log; the rate is messages over the time from sending the command to 
 The timestamp and the bookmark both point at the middle, so those replays return N/2. If the broker
 refuses bookmark subscriptions, the rows say ``n/a (not implemented)``, never a number.
 Peers: a NATS JetStream ordered consumer (deliver all / by start time / by start sequence) and Redis
-``XRANGE`` pages of 1000 (from ``-`` / a millisecond id / just after an entry id).
+``XRANGE`` pages of 1000 through redis-py + hiredis (from ``-`` / a millisecond id / just after an entry id).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from bench import ampsclient
 from bench.context import Context
 from bench.figures import Figure, Row
 from bench.messages import doc
-from bench.peertools import nats_connect, run_async, windowed
-from bench.resp import Redis
+from bench.peertools import nats_connect, redis_client, run_async, windowed
 from bench.workloads.common import error_figure
 
 TOPIC = "bench-replay"
@@ -157,23 +156,31 @@ def redis_replays(ctx: Context) -> list[Figure]:
         return [ctx.absent("redis", "msg/s") for _ in CASES]
     n, half = s.replay_messages, s.replay_messages // 2
     out = []
-    with Redis(redis.port) as r:
-        r.call("DEL", "replay")
-        ids: list[bytes] = []
-        for start in range(0, half, 1000):
-            ids += r.pipeline(("XADD", "replay", "*", "d", doc(i)) for i in range(start, min(start + 1000, half)))
+    r = redis_client(redis.port)
+    try:
+        r.delete("replay")
+
+        def add(lo: int, hi: int) -> list[bytes]:
+            ids: list[bytes] = []
+            for start in range(lo, hi, 1000):
+                pipe = r.pipeline(transaction=False)
+                for i in range(start, min(start + 1000, hi)):
+                    pipe.xadd("replay", {"d": doc(i)})
+                ids += pipe.execute()
+            return ids
+
+        ids = add(0, half)
         time.sleep(0.02)
         mid_ms = time.time_ns() // 1_000_000
         time.sleep(0.02)
-        for start in range(half, n, 1000):
-            r.pipeline(("XADD", "replay", "*", "d", doc(i)) for i in range(start, min(start + 1000, n)))
+        add(half, n)
         for first in (b"-", b"%d-0" % mid_ms, b"(" + ids[-1]):
             meter = redis.meter()
             meter.start()
             t0 = time.perf_counter()
             got, start_id = 0, first
             while True:
-                page = r.call("XRANGE", "replay", start_id, "+", "COUNT", 1000)
+                page = r.xrange("replay", start_id, "+", count=1000)
                 got += len(page)
                 if len(page) < 1000:
                     break
@@ -181,7 +188,9 @@ def redis_replays(ctx: Context) -> list[Figure]:
             seconds = time.perf_counter() - t0
             usage = meter.stop()
             out.append(Figure("redis", got / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
-                              detail={"seconds": seconds, "messages": got, "client": "resp (Python)"}))
+                              detail={"seconds": seconds, "messages": got, "client": "redis-py + hiredis"}))
+    finally:
+        r.close()
     return out
 
 
