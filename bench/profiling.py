@@ -1,4 +1,5 @@
-"""Where the broker's time goes: a pyinstrument session of the broker process, reduced to top frames.
+"""Where the broker's time goes: a pyinstrument session of the broker process, reduced to top frames; and,
+with ``python -m bench.profiling --stages``, the cost of one publish stage by stage (:mod:`bench.stages`).
 
 ``--profile W?`` starts the broker under ``python -m pyinstrument -r pyisession``; at the end the
 session is saved as HTML next to the results and summarised here as the functions with the most
@@ -100,3 +101,21 @@ def save_html(session_path: Path, html_path: Path) -> None:
     from pyinstrument.session import Session
 
     html_path.write_text(HTMLRenderer().render(Session.load(str(session_path))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.profiling --stages``: the per-stage cost of one publish (see :mod:`bench.stages`)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--stages" in args:
+        from bench.stages import main as stages
+
+        return stages(args)
+    print("usage: python -m bench.profiling --stages [-n PUBLISHES] [--keys K] [--json FILE]\n"
+          "(a workload's whole profile: python -m bench --profile W1)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
