@@ -9,6 +9,8 @@ calls stay in production code. The points (each named where it is called):
 * ``journal-before-fsync``: the batch is written to the file, not yet fsynced.
 * ``journal-after-fsync``: the batch is durable, persisted acks not yet sent.
 * ``journal-mid-rotation``: the full file is fsynced, the next one is not yet opened.
+* ``sow-before-write``: a publish's journal record was appended (held in the journal's buffer until the
+  SOW write succeeds), the SOW not yet written.
 * ``sow-after-write``: a publish was applied to the SOW, its journal record not yet durable.
 * ``archive-mid-copy``: an archive/compress copy is complete, the original not yet removed.
 * ``sow-mid-compaction``: a SOW compaction is running.
@@ -22,7 +24,7 @@ import signal
 __all__ = ["POINTS", "fault_point"]
 
 POINTS = ("journal-before-write", "journal-before-fsync", "journal-after-fsync", "journal-mid-rotation",
-          "sow-after-write", "archive-mid-copy", "sow-mid-compaction")
+          "sow-before-write", "sow-after-write", "archive-mid-copy", "sow-mid-compaction")
 
 _ARMED = os.environ.get("BROKER_FAULT", "")
 _remaining = int(os.environ.get("BROKER_FAULT_AFTER", "0") or 0)

@@ -246,6 +246,7 @@ class Engine:
             assert key is not None
             record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
             if logged:
+                fault_point("sow-before-write")  # its journal record appended (held), the SOW not yet written
                 try:
                     sow.upsert(record, previous)
                 except BaseException:

@@ -47,7 +47,7 @@ _ids = itertools.count(1)
 #: client's outbound bound, so a large result never trips the bound of a client that reads).
 QUERY_WATERMARK = 4 * 1024 * 1024
 #: Event-loop time a streaming query uses before letting other clients run (it resumes right after).
-QUERY_SLICE_SECONDS = 0.002
+QUERY_SLICE_SECONDS = 0.0005
 
 #: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
 _template_key: tuple[Any, ...] = ()

@@ -47,6 +47,12 @@ def test_quick_run_produces_table_and_json(tmp_path: Path) -> None:
         for peer in row["peers"]:
             # A peer is measured, or says why not: never a silent blank.
             assert (peer["value"] or 0) > 0 or peer["note"], peer
+    # Every workload proves its result correct with at least one boolean check, and every check holds
+    # (a False one also makes the run exit 1: bench/report.py failures()).
+    for wid in ("W1", "W2", "W3", "W4", "W5", "W6"):
+        checks = [v for r in data["rows"] if r["workload"].startswith(wid) for v in r["checks"].values()
+                  if isinstance(v, bool)]
+        assert checks and all(checks), (wid, [r["checks"] for r in data["rows"] if r["workload"].startswith(wid)])
     oof = [r for r in data["rows"] if r["workload"].startswith("W3") and "updates" in r["case"]]
     # One case per subscriber count (1 and 4), every subscriber exact in each.
     assert [r["broker"]["detail"]["subscribers"] for r in oof] == [1, 4]

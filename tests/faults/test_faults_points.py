@@ -52,6 +52,8 @@ SCENARIOS = {
     "journal-after-fsync": Scenario("journal-after-fsync", after=30),
     # The first rotation, ~10MB in.
     "journal-mid-rotation": Scenario("journal-mid-rotation", after=0, **BIG),
+    # The 301st publish journaled (held in the buffer) but not yet applied to the logged SOW topic.
+    "sow-before-write": Scenario("sow-before-write", after=300),
     # The 301st publish applied to the logged SOW topic.
     "sow-after-write": Scenario("sow-after-write", after=300),
     # A sealed journal archived by the 1s schedule to another file system (on one file system archiving is a
