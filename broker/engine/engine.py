@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.queries import QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
-from broker.engine.topics import TopicPattern
+from broker.engine.topics import GuardedTopicPattern, TopicPattern
 from broker.errors import BrokerError, CommandError, StorageError
 from broker.faults import fault_point
 from broker.memo import Memo
@@ -366,8 +366,12 @@ class Engine:
 
     # -- subscriptions -------------------------------------------------------------------------------
     def subscribe(self, client: Any, header: Mapping[str, Any], *, kind: str = "subscribe",
-                  delta: bool = False, oof: bool = False) -> Subscription:
+                  delta: bool = False, oof: bool = False,
+                  topic_guard: Callable[[str], bool] | None = None) -> Subscription:
         """Register a subscription (replacing one with the same sub_id when ``replace`` is given).
+
+        Args:
+            topic_guard: For a regex topic: only topics it accepts are delivered (entitlements).
 
         Raises:
             CommandError: bad topic, bad filter, or the sub_id is in use without ``replace``.
@@ -377,6 +381,8 @@ class Engine:
             raise CommandError("invalid subid", "subscribe without sub_id or cid")
         words, _pairs = parse_options(header.get("options"))
         topic = TopicPattern.compile(header.get("topic") or "")
+        if topic_guard is not None and topic.regex is not None:
+            topic = GuardedTopicPattern(topic.text, topic.regex, topic_guard)
         flt = self.compile_filter(header.get("filter"))
         existing = self.router.get(client, sub_id)
         if existing is not None and "replace" not in words:

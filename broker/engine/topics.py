@@ -9,6 +9,7 @@ PCRE constructs RE2 lacks (look-around, back-references) are refused with ``bad 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.errors import CommandError
@@ -50,3 +51,15 @@ class TopicPattern:
         if self.regex is None:
             return topic == self.text
         return self.regex.search(topic)
+
+
+@dataclass(frozen=True)
+class GuardedTopicPattern(TopicPattern):
+    """A regex subscription topic that also needs ``guard(topic)``: the topics an identity's entitlements let
+    it read (the router asks once per distinct topic and subscription, and caches the answer)."""
+
+    guard: Callable[[str], bool]
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` matches the regex and passes the guard."""
+        return super().matches(topic) and self.guard(topic)

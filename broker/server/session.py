@@ -456,9 +456,13 @@ class Session:
         if bookmark and str(bookmark) != _BOOKMARK_NOW and (is_regex_topic(topic) or not grants.can_replay(topic)):
             self._refuse("replay", topic, f"{command} of {topic!r} from bookmark {str(bookmark)[:64]!r}")
         if is_regex_topic(topic):
-            if not grants.reads_everything():
+            # A plain subscription to a regex reaches only the topics the identity reads without a filter
+            # (_readable_unfiltered guards it); a query or replay over a regex needs read on everything.
+            plain = command in ("subscribe", "delta_subscribe") and not bookmark and not self.broker.replays.get(
+                (id(self), header.get("sub_id") or ""))
+            if not grants.reads_everything() and not plain:
                 self._refuse("read", topic, f"{command} of the regular expression {topic!r} (an identity with "
-                             "per-topic entitlements subscribes to topics by name)")
+                             "per-topic entitlements queries topics by name)")
             return header
         if not grants.can_read(topic):
             self._refuse("read", topic, f"{command} of {topic!r}")
@@ -475,6 +479,12 @@ class Session:
             combined = allowed
         replace = getattr(header, "replace", None)
         return replace(filter=combined) if replace is not None else {**header, "filter": combined}
+
+    def _readable_unfiltered(self, topic: str) -> bool:
+        """Whether a regex subscription may deliver ``topic``: readable, and without an entitlement filter
+        (a filtered topic is subscribed to by name, where its filter applies)."""
+        grants = self.grants
+        return grants is None or (grants.can_read(topic) and grants.read_filter(topic) is None)
 
     def _refuse(self, what: str, topic: str, detail: str) -> None:
         """Audit and refuse a command (the audit line is rate-limited per client and kind).
@@ -616,7 +626,9 @@ class Session:
         if header.get("bookmark") or self.broker.replays.get((id(self), header.get("sub_id") or "")):
             await self.broker.bookmark_subscribe(self, header, acks, delta=delta)
             return
-        sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta)
+        guard = self._readable_unfiltered if self.grants is not None and not self.grants.reads_everything() else None
+        sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta,
+                                    topic_guard=guard)
         self.ack(header, acks, "processed", sub_id=sub.sub_id)
 
     async def _unsubscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:

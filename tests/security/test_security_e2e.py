@@ -95,7 +95,7 @@ def test_a_reader_may_not_publish(secure_broker) -> None:
     with pytest.raises(AMPS.NotEntitledException):
         reader.subscribe(Messages(), "events", timeout=5000)  # no read entitlement
     with pytest.raises(AMPS.NotEntitledException):
-        reader.subscribe(Messages(), "ord.*", timeout=5000)  # a regex needs read on everything
+        reader.sow(Messages(), "ord.*", timeout=5000)  # a query over a regex needs read on everything
     with pytest.raises(AMPS.NotEntitledException):
         reader.sow_delete("orders", "1=1", 5000)
     reader.subscribe(Messages(), "orders", timeout=5000)  # entitled to read
@@ -173,3 +173,21 @@ def test_the_admin_port_asks_for_credentials(secure_broker) -> None:
     # Earlier tests of this module refused logons and commands; the sample may lag by an interval.
     assert set(refusals) == {"admin", "logon", "read", "replay", "write"}
     assert "USERS" not in body and USERS["admin"] not in secure_broker.log()
+
+
+def test_a_regex_subscription_reaches_only_unfiltered_readable_topics(secure_broker) -> None:
+    reader, eu = connect(secure_broker, "reader"), connect(secure_broker, "eu")
+    seen, eu_seen = Messages(), Messages()
+    reader.subscribe(seen, "^(orders|events|ord.*)$", timeout=5000)  # reads orders only
+    eu.subscribe(eu_seen, "ord.*", timeout=5000)  # orders is filtered for eu: not through a regex
+    admin = connect(secure_broker, "admin")
+    publish_acked(admin, "events", '{"n": "secret event"}')
+    publish_acked(admin, "ordinary", '{"n": "secret ordinary"}')
+    publish_acked(admin, "orders", json.dumps({"id": 77, "region": "US"}))
+    seen.wait(lambda items: any(c == "publish" for c, _d, _r in items))
+    for c in (admin, reader, eu):
+        c.publish_flush(5000)
+    assert seen.data("publish") == [{"id": 77, "region": "US"}]
+    assert eu_seen.data("publish") == []
+    for c in (admin, reader, eu):
+        c.close()
