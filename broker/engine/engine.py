@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
-from broker.engine.queries import QueryPlan, parse_options, plan_query
+from broker.engine.queries import PAUSE_EVERY, QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import GuardedTopicPattern, TopicPattern
 from broker.errors import BrokerError, CommandError, StorageError
@@ -471,6 +471,45 @@ class Engine:
         """
         sow = self._sow_to_delete_from(topic)
         _examined, removed = sow.delete_matching(self.compile_filter(filter_text))
+        self._deleted(sow, removed)
+        return len(removed), len(removed)
+
+    def delete_candidates(self, topic: str, filter_text: str | None) -> Iterator[str | None]:
+        """The keys of the records of SOW topic ``topic`` matching ``filter_text`` in a snapshot taken now, with
+        ``None`` pauses at least every :data:`~broker.engine.queries.PAUSE_EVERY` records read: the scan half
+        of a ``sow_delete`` by filter, which the session runs in slices of loop time before
+        :meth:`delete_still_matching`.
+
+        Raises:
+            CommandError: the topic has no SOW, or the filter does not compile.
+        """
+        sow = self._sow_to_delete_from(topic)
+        predicate = self.compile_filter(filter_text)
+        snapshot = sow.storage.snapshot()
+
+        def keys() -> Iterator[str | None]:
+            try:
+                for item in sow.query(snapshot, predicate=predicate, pause_every=PAUSE_EVERY):
+                    yield None if item is None else item[0].key
+            finally:
+                snapshot.close()
+
+        return keys()
+
+    def delete_still_matching(self, topic: str, filter_text: str | None, keys: list[str]) -> tuple[int, int]:
+        """Delete the records under ``keys`` that still match ``filter_text`` now (a record updated since the
+        scan to something the filter rejects is kept), journaled and announced as :meth:`delete_by_filter`
+        does. One step, costing the matches, not the topic.
+
+        Returns:
+            (matches, records deleted).
+        """
+        sow = self._sow_to_delete_from(topic)
+        predicate = self.compile_filter(filter_text)
+        parse = sow.message_type.parse
+        still = [key for key in keys if (rec := sow.get(key)) is not None
+                 and (predicate is None or predicate(parse(rec.data)))]
+        removed = sow.delete_keys(still)
         self._deleted(sow, removed)
         return len(removed), len(removed)
 

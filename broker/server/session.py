@@ -720,13 +720,33 @@ class Session:
         if logged and self.broker.journal_disk_full:
             raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
         before = journal.last_sequence if logged else 0
-        matches, deleted = self.engine.sow_delete(self, header, body)
+        if not header.get("sow_keys") and not body:
+            matches, deleted = await self._delete_by_filter(header, logged)
+        else:
+            matches, deleted = self.engine.sow_delete(self, header, body)
         self.ack(header, acks, "processed")
         self.ack(header, acks, "stats", matches=matches, records_deleted=deleted, topic_matches=matches)
         if "persisted" in acks:
             # Journaled deletes are acknowledged as persisted once their records are durable.
             after = journal.last_sequence if logged else 0
             self._persisted_after(after if after > before else 0, header, acks)
+
+    async def _delete_by_filter(self, header: Mapping[str, Any], logged: bool) -> tuple[int, int]:
+        """A ``sow_delete`` by filter: the scan over a snapshot in slices of loop time (other clients run
+        between them; this client's later commands wait), then the records that still match deleted in one
+        step. Returns (matches, records deleted)."""
+        topic, text = header.get("topic") or "", header.get("filter")
+        keys: list[str] = []
+        slice_end = perf_counter() + QUERY_SLICE_SECONDS
+        for key in self.engine.delete_candidates(topic, text):
+            if key is not None:
+                keys.append(key)
+            if perf_counter() >= slice_end:
+                await trio.sleep(0)
+                slice_end = perf_counter() + QUERY_SLICE_SECONDS
+        if logged and self.broker.journal_disk_full:  # it may have filled while the scan ran
+            raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.broker.journal))
+        return self.engine.delete_still_matching(topic, text, keys)
 
     async def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         options = str(header.get("options") or "")

@@ -95,3 +95,29 @@ def test_large_queries_do_not_hold_back_other_clients(broker_factory, client_fac
     assert top == sorted((_value(i) for i in range(RECORDS)), reverse=True)[:10]
     assert [m for m in results["none"] if m["command"] == "sow"] == []
     assert results["none"][-1]["command"] == "group_end"
+
+
+def test_a_large_delete_by_filter_deletes_exactly_and_holds_back_no_one(broker_factory, client_factory,
+                                                                        make_collector) -> None:
+    broker = broker_factory(sow=SOW)
+    loader = client_factory(broker.uri)
+    for i in range(RECORDS):
+        loader.publish("big", json.dumps({"id": i, "v": _value(i)}))
+    loader.publish_flush(60_000)
+    subscriber, publisher, deleter = (client_factory(broker.uri) for _ in range(3))
+    got = make_collector()
+    subscriber.subscribe(got, "feed", timeout=5000)
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        ack=deleter.sow_delete("big", "/v % 10 = 3", 60_000)))
+    thread.start()
+    for i in range(COUNT):
+        publisher.publish("feed", json.dumps({"seq": i}))
+    thread.join(120)
+    assert not thread.is_alive()
+    got.wait_for(COUNT, timeout=60)
+    assert [json.loads(d)["seq"] for d in got.data()] == list(range(COUNT))
+    expected_gone = {i for i in range(RECORDS) if _value(i) % 10 == 3}
+    assert int(outcome["ack"].get_matches()) == len(expected_gone)  # type: ignore[attr-defined]
+    left = [json.loads(m["data"])["id"] for m in query(deleter, "big", batch_size=1000) if m["command"] == "sow"]
+    assert sorted(left) == sorted(set(range(RECORDS)) - expected_gone)

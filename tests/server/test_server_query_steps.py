@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.engine.engine import Engine
 from broker.engine.queries import PAUSE, PAUSE_EVERY, SORT_RUN, plan_query
 from broker.expr import compile_filter, compile_order_by
 from broker.messagetypes import get_message_type
@@ -88,3 +89,20 @@ def test_a_long_scan_and_sort_pause_often_and_stay_exact() -> None:
         # The scan pauses every PAUSE_EVERY records, the sort once per run sorted or candidate pruning; each
         # result after that is one step of a lazy merge (or of a list).
         assert steps.count(PAUSE) >= len(values) // PAUSE_EVERY + len(values) // SORT_RUN
+
+
+def test_a_delete_by_filter_scans_in_steps_and_keeps_a_record_that_stopped_matching() -> None:
+    values = [i % 4 for i in range(2000)]
+    topic = _topic(values)
+    engine = Engine(sow_topics={"t": topic}, message_types=get_message_type, compile_filter=compile_filter,
+                    compile_order_by=compile_order_by)
+    steps = list(engine.delete_candidates("t", "/v = 1"))
+    keys = [k for k in steps if k is not None]
+    assert len(keys) == 500 and steps.count(None) >= len(values) // PAUSE_EVERY
+    # Between the scan and the delete another client updates one candidate so it no longer matches.
+    changed = json.dumps({"id": 1, "v": 2}).encode()
+    key = topic.key_for(topic.message_type.parse(changed), None)
+    assert key in keys
+    topic.upsert(SowRecord(key, changed, 10_000), topic.get(key))
+    assert engine.delete_still_matching("t", "/v = 1", keys) == (499, 499)
+    assert topic.get(key) is not None and topic.count() == 2000 - 499
