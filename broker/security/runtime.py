@@ -79,6 +79,10 @@ class SecurityRuntime:
                             "log on as anyone, publish to every topic and read every SOW. Add "
                             "<Authentication> (docs/security.md), or listen on 127.0.0.1 only",
                             t.name, t.host or "0.0.0.0", t.port)
+            elif auth.checks_credentials and t.tls is None and not is_loopback(t.host):
+                log.warning("transport %s listens on %s:%s with authentication but without TLS: passwords cross "
+                            "the network in clear text. Use <Type>tcps</Type> (docs/security.md)",
+                            t.name, t.host or "0.0.0.0", t.port)
         if config.admin is not None and (self.admin is None or not self.admin.checks_credentials) \
                 and not is_loopback(config.admin.host):
             log.warning("the Admin server listens on %s:%s without authentication: anyone who can reach it may "

@@ -183,3 +183,22 @@ async def test_the_reset_steps_reload_through_the_host() -> None:
         result = await run_step("broker_plugins.security.reset", f"amps-action-do-reset-{kind}", {}, host=host)
         assert (result.outcome, result.message) == ("success", f"{kind} reloaded")
     assert host.security_reloads == ["authentication", "entitlement"]
+
+
+def test_passwords_in_clear_text_beyond_loopback_are_warned_about(tmp_path: Path, caplog) -> None:
+    from broker.security.runtime import SecurityRuntime
+
+    set_password(tmp_path / "p", "alice", "pw")
+    config = load_config(_config(tmp_path, f"""
+        <Authentication><Module>password-file</Module><Options><PasswordFile>{tmp_path / 'p'}</PasswordFile>
+        </Options></Authentication>
+        <Transports>
+          <Transport><Name>wide</Name><Type>tcp</Type><InetAddr>9007</InetAddr><Protocol>amps</Protocol></Transport>
+          <Transport><Name>local</Name><Type>tcp</Type><InetAddr>127.0.0.1:9008</InetAddr><Protocol>amps</Protocol>
+          </Transport>
+        </Transports>"""))
+    with caplog.at_level("WARNING", logger="broker.security"):
+        SecurityRuntime(config, resolve_plugins(config, build_plugin_manager()).security)
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("transport wide listens on 0.0.0.0:9007 with authentication but without TLS" in m for m in warned)
+    assert not any("transport local" in m for m in warned)
