@@ -252,6 +252,9 @@ class Session:
             self.outbound.discard()
             self.broker.memory.input -= self._reserved_in
             self._reserved_in = 0
+            closing = getattr(self.stream, "closing", None)
+            if closing is not None and self.closed_reason:
+                closing(self.closed_reason)
             with trio.move_on_after(1) as cs:
                 cs.shield = True
                 await trio.aclose_forcefully(self.stream)
@@ -284,10 +287,11 @@ class Session:
     async def _idle_deadline(self, seconds: float) -> None:
         """Close the connection once nothing arrived from it for ``seconds`` (``<IdleTimeout>``).
 
-        Any byte counts, heartbeats included: a client that heartbeats more often than this stays.
+        Any byte counts, heartbeats included: a client that heartbeats more often than this stays. On a
+        websocket transport a WebSocket ping or pong counts too (the stream's ``last_heard``).
         """
         while True:
-            quiet = trio.current_time() - self._last_heard
+            quiet = trio.current_time() - max(self._last_heard, getattr(self.stream, "last_heard", 0.0))
             if quiet >= seconds:
                 log.warning("%s %s (%s) closed: nothing received for %gs (the Transport's <IdleTimeout>)",
                             self.id, self.name or "-", self.remote, seconds)

@@ -51,6 +51,8 @@ class WebSocketStream(trio.abc.Stream):
         #: The close frame's code and reason when the broker ends the connection (a Session closes its stream
         #: with trio.aclose_forcefully, so only a close sent before that reaches the client).
         self._close: tuple[int, str] = (1000, "")
+        #: trio time of the last bytes received (pings and pongs included), for the Transport's IdleTimeout.
+        self.last_heard = trio.current_time()
 
     async def handshake(self, timeout: float) -> bool:
         """Read and answer the HTTP upgrade request; ``False`` when the connection is to be closed."""
@@ -90,12 +92,21 @@ class WebSocketStream(trio.abc.Stream):
     async def wait_send_all_might_not_block(self) -> None:
         await self.stream.wait_send_all_might_not_block()
 
+    def closing(self, reason: str) -> None:
+        """The Session ends the connection for ``reason`` (slow client, duplicate name, timeouts): the close
+        frame says so with code 1008 (policy violation) unless a more precise code is already set."""
+        if self._close[0] == 1000:
+            self._close = (1008, reason[:120])  # a close frame's reason fits in 123 bytes
+
     async def aclose(self) -> None:
         self._release()
         try:
             closing = self.ws.close(*self._close)
             if closing:
-                with trio.move_on_after(1):
+                # Shielded: a Session closes its stream with trio.aclose_forcefully (already cancelled), and
+                # the client should still learn why (not see 1006); bounded for a client that stopped reading.
+                with trio.move_on_after(0.5) as cs:
+                    cs.shield = True
                     await self._write(closing)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -109,6 +120,8 @@ class WebSocketStream(trio.abc.Stream):
             data = await (read_some(self._fd, 65536) if self._fd is not None else self.stream.receive_some(65536))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
+        if data:
+            self.last_heard = trio.current_time()
         try:
             self.ws.receive_data(data)
         except RemoteProtocolError as exc:

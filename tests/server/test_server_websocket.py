@@ -4,6 +4,7 @@ log line for an HTTP request on a plain AMPS TCP port."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from collections.abc import Iterator
@@ -209,5 +210,42 @@ def test_a_partial_message_counts_against_the_broker_wide_memory_limit(tmp_path)
         other.command({"c": "subscribe", "t": "x", "sub_id": "x", "cid": "x", "a": "processed"})
         assert other.next_message()[0]["status"] == "success"
         other.close()
+    finally:
+        proc.stop()
+
+
+def test_a_client_the_broker_ends_learns_why_in_a_close_frame(broker, witness) -> None:
+    """A disconnect the broker decides (here: a second logon with the same name, AMPS's rule) reaches a
+    WebSocket client as close 1008 with the reason, not as a connection cut without a close frame (1006)."""
+    first = WsClient.connect(broker.websocket_port, "same-name")
+    second = WsClient.connect(broker.websocket_port, "same-name")
+    with pytest.raises(WsClosed) as closed:
+        first.next_payload()
+    assert closed.value.code == 1008
+    assert "same-name" in closed.value.reason or "logon" in closed.value.reason, closed.value.reason
+    second.close()
+    still_working(witness, 10)
+
+
+def test_websocket_pings_keep_a_connection_within_the_idle_timeout(tmp_path) -> None:
+    """<IdleTimeout> counts WebSocket pings as traffic: a client that only pings stays; one that sends
+    nothing is closed with 1008 naming the timeout."""
+    proc = BrokerProcess.from_xml(tmp_path, websocket=True,
+                                  websocket_extra="<IdleTimeout>1s</IdleTimeout>").start()
+    try:
+        pinger = WsClient.connect(proc.websocket_port, "pinger")
+        silent = WsClient.connect(proc.websocket_port, "silent")
+        for _ in range(8):  # 2 s of pings every 0.25 s: twice the timeout
+            pinger.ping(b"still-here")
+            with contextlib.suppress(TimeoutError):
+                pinger.next_payload(timeout=0.25)
+        with pytest.raises(WsClosed) as closed:
+            silent.next_payload(timeout=10)
+        assert closed.value.code == 1008 and "idle" in closed.value.reason
+        pinger.command({"c": "heartbeat", "cid": "hb", "a": "processed"})
+        header, _ = pinger.next_message()
+        assert header["c"] == "ack" and header["status"] == "success"
+        assert b"still-here" in pinger.pongs
+        pinger.close()
     finally:
         proc.stop()
