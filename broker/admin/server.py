@@ -62,6 +62,24 @@ async def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_certificate(certfile: str, keyfile: str, ciphers: str | None) -> None:
+    """Load the HTTPS certificate once before serving, so a bad file is a clear ConfigError at start-up.
+
+    Raises:
+        ConfigError: a file is missing or unreadable, the key does not match, or the cipher list is bad.
+    """
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+        if ciphers:
+            context.set_ciphers(ciphers)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"Admin: cannot serve HTTPS with <Certificate> {certfile!r} and <PrivateKey> {keyfile!r}"
+                          f"{f' and <Ciphers> {ciphers!r}' if ciphers else ''}: {exc}") from None
+
+
 async def serve_admin(
     host: str,
     port: int,
@@ -79,6 +97,9 @@ async def serve_admin(
     authenticator: Authenticator | None = None,
     realm: str = "broker",
     anonymous_paths: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    ciphers: str | None = None,
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
@@ -106,6 +127,9 @@ async def serve_admin(
             endpoints answer loopback clients only).
         realm: The realm of the ``WWW-Authenticate`` challenge.
         anonymous_paths: A regex of paths served without credentials (never the administrator ones).
+        certfile: With ``keyfile``: serve HTTPS with this certificate chain (PEM).
+        keyfile: The certificate's private key (PEM).
+        ciphers: The OpenSSL cipher list for HTTPS.
 
     Raises:
         ConfigError: The address cannot be resolved or bound.
@@ -115,6 +139,8 @@ async def serve_admin(
     served: Any = app
     if security is not None:
         served = BasicAuth(app, security, authenticator, realm=realm, anonymous_paths=anonymous_paths)
+    if certfile is not None and keyfile is not None:
+        _check_certificate(certfile, keyfile, ciphers)
     sock = await _bind(host, port)
     bound_port: int = sock.getsockname()[1]
 
@@ -129,6 +155,10 @@ async def serve_admin(
     config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES
     config.graceful_timeout = GRACEFUL_TIMEOUT_SECONDS
     config.include_server_header = False
+    if certfile is not None and keyfile is not None:
+        config.certfile, config.keyfile = certfile, keyfile  # hypercorn then serves the bound socket with TLS
+        if ciphers:
+            config.ciphers = ciphers
 
     async with trio.open_nursery() as nursery:
         if sampler is None:

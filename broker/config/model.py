@@ -53,6 +53,10 @@ class AdminConfig:
     anonymous_paths: str | None = None
     #: The realm of the ``WWW-Authenticate: Basic`` challenge (``<WWWAuthenticate>``).
     realm: str = "broker"
+    #: HTTPS: ``<Certificate>`` and ``<PrivateKey>`` (both or neither), ``<Ciphers>``.
+    certificate: str | None = None
+    private_key: str | None = None
+    ciphers: str | None = None
 
 
 @dataclass(frozen=True)

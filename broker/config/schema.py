@@ -157,7 +157,10 @@ ADMIN = group(
              "SessionOptions", "SQLTransport", "SQLTransportInetAddr", "Galvanometer",
              note="the admin server has no Galvanometer or custom headers yet"),
     *ignored("Entitlement", note="an authenticated Admin user may use every endpoint"),
-    *ignored("Certificate", "PrivateKey", "Ciphers", note="HTTPS is not supported yet"),
+    leaf("Certificate", "path", "HTTPS: the Admin server's certificate chain (PEM); with PrivateKey the Admin "
+         "port serves https:// only.", "none: plain HTTP"),
+    leaf("PrivateKey", "path", "HTTPS: the certificate's private key (PEM).", "none"),
+    leaf("Ciphers", "text", "HTTPS: the OpenSSL cipher list.", "hypercorn's default"),
 )
 
 TRANSPORT = group(

@@ -199,9 +199,16 @@ def _admin(reader: Reader, el: etree._Element | None, context: _Context) -> Admi
         # reachable from other hosts only when the config names an address (0.0.0.0:8085).
         host = "127.0.0.1"
     authentication = child(el, "Authentication")
+    certificate, private_key = reader.text(el, "Certificate"), reader.text(el, "PrivateKey")
+    if (certificate is None) != (private_key is None):
+        missing = "PrivateKey" if private_key is None else "Certificate"
+        reader.log.error(el, f"<Admin> has one of <Certificate> and <PrivateKey>: add <{missing}> to serve HTTPS, "
+                             "or remove the other")
+        return None
     return AdminConfig(host=host, port=address[1], interval=interval, where=reader.where(el),
                        authentication=reader.plugin_ref(authentication) if authentication is not None else None,
-                       anonymous_paths=anonymous, realm=realm)
+                       anonymous_paths=anonymous, realm=realm, certificate=certificate, private_key=private_key,
+                       ciphers=reader.text(el, "Ciphers"))
 
 
 # -- Transports --------------------------------------------------------------------------------------------

@@ -489,9 +489,11 @@ class Broker:
             partial(serve_admin, admin_actions=self.admin_actions, interval=admin.interval,
                     console=ConsoleView(self.websocket_endpoints),
                     security=self.security, authenticator=self.security.admin, realm=admin.realm,
-                    anonymous_paths=admin.anonymous_paths),
+                    anonymous_paths=admin.anonymous_paths, certfile=admin.certificate, keyfile=admin.private_key,
+                    ciphers=admin.ciphers),
             admin.host, admin.port, self.sample_statistics)
-        log.info("Admin HTTP server on %s:%s", admin.host, self.admin_port)
+        log.info("Admin HTTP server on %s://%s:%s", "https" if admin.certificate else "http", admin.host,
+                 self.admin_port)
 
     async def aclose(self) -> None:
         """Sync the journal and close storage (after the nursery is done); when both went well, mark the stop

@@ -114,3 +114,36 @@ async def test_without_authentication_administration_is_for_loopback_clients(tmp
         await open_admin({"type": "http", "path": path, "client": client, "headers": []}, None, send)
     assert served == ["/metrics", "/amps/administrator/actions/x"]
     assert sent[0]["status"] == 403 and security.refusals["admin"] == 1
+
+
+async def test_the_admin_port_serves_https(nursery: trio.Nursery, source, tmp_path: Path) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("cryptography")
+    from broker.errors import ConfigError
+    from broker.testing.tls import make_ca
+
+    ca = make_ca(tmp_path)
+    cert, key = ca.issue("admin", server=True)
+    security = runtime(tmp_path, "")
+    port = await nursery.start(lambda task_status: serve_admin(
+        "127.0.0.1", 0, source, task_status=task_status, security=security, authenticator=security.admin,
+        certfile=str(cert), keyfile=str(key)))
+
+    def get(url: str, context: ssl.SSLContext | None) -> int:
+        request = urllib.request.Request(url, headers=basic("prom", "prom-pw"))
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+                return reply.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    trusted = ssl.create_default_context(cafile=str(ca.cert_path))
+    assert await trio.to_thread.run_sync(get, f"https://127.0.0.1:{port}/metrics", trusted) == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP on the HTTPS port is not served
+        await trio.to_thread.run_sync(get, f"http://127.0.0.1:{port}/metrics", None)
+    with pytest.raises(ConfigError, match="cannot serve HTTPS"):
+        await nursery.start(lambda task_status: serve_admin(
+            "127.0.0.1", 0, source, task_status=task_status, certfile=str(cert), keyfile=str(tmp_path / "nope")))

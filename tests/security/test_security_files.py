@@ -202,3 +202,11 @@ def test_passwords_in_clear_text_beyond_loopback_are_warned_about(tmp_path: Path
     warned = [r.getMessage() for r in caplog.records]
     assert any("transport wide listens on 0.0.0.0:9007 with authentication but without TLS" in m for m in warned)
     assert not any("transport local" in m for m in warned)
+
+
+def test_admin_https_needs_both_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="add <PrivateKey> to serve HTTPS"):
+        load_config(_config(tmp_path, "<Admin><InetAddr>8085</InetAddr><Certificate>c.pem</Certificate></Admin>"))
+    config = load_config(_config(tmp_path, "<Admin><InetAddr>8085</InetAddr><Certificate>c.pem</Certificate>"
+                                           "<PrivateKey>k.pem</PrivateKey></Admin>"))
+    assert (config.admin.certificate, config.admin.private_key) == ("c.pem", "k.pem")
