@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections import Counter
-from collections.abc import Mapping
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -37,6 +38,12 @@ log = logging.getLogger("broker.security")
 REFUSAL_KINDS = ("logon", "read", "write", "replay", "admin")
 #: Logons verified at the same time (each may cost ~50 ms and 16 MB of scrypt); more wait their turn.
 CONCURRENT_LOGONS = 4
+#: Refused logons from one host within FAILURE_WINDOW seconds after which its logons are refused without
+#: checking (no hashing: a password-guessing host cannot take the verification threads from everyone else).
+FAILURE_LIMIT = 100
+FAILURE_WINDOW = 60.0
+#: Hosts whose refusals are remembered at most (the record starts over past it).
+FAILURE_HOSTS = 10_000
 
 
 def is_loopback(host: str) -> bool:
@@ -60,7 +67,10 @@ class SecurityRuntime:
         ConfigError: a module refused its options or could not read its file.
     """
 
-    def __init__(self, config: Config, chosen: SecurityPlugins) -> None:
+    def __init__(self, config: Config, chosen: SecurityPlugins, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: Host -> times of its recent refused logons.
+        self._failures: dict[str, deque[float]] = {}
         self._objects: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
         self.authentication: Authenticator = self._build("authentication", chosen.authentication)
         self.entitlement: Entitlements = self._build("entitlement", chosen.entitlement)
@@ -127,6 +137,24 @@ class SecurityRuntime:
         except Exception as exc:
             log.exception("authentication module %s failed on a logon", type(authenticator).__name__)
             raise AuthenticationRefused(f"the authentication module failed: {exc!r}") from None
+
+    def too_many_failures(self, host: str) -> bool:
+        """Whether ``host`` had :data:`FAILURE_LIMIT` refused logons within the last :data:`FAILURE_WINDOW`
+        seconds (its logons are then refused without checking until the window moves on)."""
+        times = self._failures.get(host)
+        if not times:
+            return False
+        horizon = self._clock() - FAILURE_WINDOW
+        while times and times[0] < horizon:
+            times.popleft()
+        return len(times) >= FAILURE_LIMIT
+
+    def logon_failed(self, host: str) -> None:
+        """Remember a refused logon from ``host``."""
+        if host not in self._failures and len(self._failures) >= FAILURE_HOSTS:
+            self._failures.clear()
+        times = self._failures.setdefault(host, deque(maxlen=FAILURE_LIMIT))
+        times.append(self._clock())
 
     # -- audit ---------------------------------------------------------------------------------------
     def refused(self, what: str, *, client: str, remote: str, identity: str, reason: str) -> None:

@@ -517,9 +517,15 @@ class Session:
                     raise AuthenticationRefused(f"{name} is a {type(value).__name__}, not text")
             if request.client_name is not None and len(request.client_name) > MAX_CLIENT_NAME:
                 raise AuthenticationRefused(f"client_name is longer than {MAX_CLIENT_NAME} characters")
+            host = self.remote.rpartition(":")[0]
+            if self._authenticator.checks_credentials and self.broker.security.too_many_failures(host):
+                raise AuthenticationRefused(f"{host} had too many refused logons in the last minute; refused "
+                                            "without checking")
             identity = await self.broker.security.authenticate(self._authenticator, request)
             grants = self._entitlements.grants(identity)
         except AuthenticationRefused as exc:
+            if self._authenticator.checks_credentials:
+                self.broker.security.logon_failed(self.remote.rpartition(":")[0])
             self._logon_refused(header, acks, request, str(exc))
             return
         self.identity = identity

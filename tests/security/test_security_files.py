@@ -210,3 +210,19 @@ def test_admin_https_needs_both_files(tmp_path: Path) -> None:
     config = load_config(_config(tmp_path, "<Admin><InetAddr>8085</InetAddr><Certificate>c.pem</Certificate>"
                                            "<PrivateKey>k.pem</PrivateKey></Admin>"))
     assert (config.admin.certificate, config.admin.private_key) == ("c.pem", "k.pem")
+
+
+def test_a_host_with_too_many_refused_logons_is_refused_without_checking(tmp_path: Path) -> None:
+    from broker.security.runtime import FAILURE_LIMIT, FAILURE_WINDOW, SecurityRuntime
+
+    now = [1000.0]
+    config = load_config(_config(tmp_path, ""))
+    security = SecurityRuntime(config, resolve_plugins(config, build_plugin_manager()).security,
+                               clock=lambda: now[0])
+    for _ in range(FAILURE_LIMIT - 1):
+        security.logon_failed("10.0.0.9")
+    assert not security.too_many_failures("10.0.0.9")
+    security.logon_failed("10.0.0.9")
+    assert security.too_many_failures("10.0.0.9") and not security.too_many_failures("10.0.0.10")
+    now[0] += FAILURE_WINDOW + 1
+    assert not security.too_many_failures("10.0.0.9")  # the window moved on
