@@ -48,6 +48,9 @@ _ids = itertools.count(1)
 QUERY_WATERMARK = 4 * 1024 * 1024
 #: Event-loop time a streaming query uses before letting other clients run (it resumes right after).
 QUERY_SLICE_SECONDS = 0.0005
+#: The most records one ``sow`` frame of a query carries, whatever the BatchSize (a frame is encoded in one
+#: step: 1,000 records take 5.5 ms).
+QUERY_FRAME_RECORDS = 250
 
 #: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
 _template_key: tuple[Any, ...] = ()
@@ -681,6 +684,9 @@ class Session:
             # scan, filter and sort pause at least every few hundred records, see QueryPlan.steps); this
             # client's live messages stay held until group_end, and its later commands wait for this one.
             steps = plan.steps() if hasattr(plan, "steps") else plan.records()
+            # BatchSize is the most records a frame may carry (any count up to it works with the official
+            # client): frames of at most QUERY_FRAME_RECORDS keep one frame's encoding to about a millisecond.
+            batch_size = min(batch_size, QUERY_FRAME_RECORDS)
             slice_end = perf_counter() + QUERY_SLICE_SECONDS
             for item in steps:
                 if item is not None:
