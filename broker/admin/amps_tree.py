@@ -325,6 +325,10 @@ class AmpsTreeBuilder:
                 "damaged_records": journal.get("damaged_records", 0),
                 "damaged_bytes": journal.get("damaged_bytes", 0),
                 "replay_failures": journal.get("replay_failures", 0),
+                "replay_held_bytes": journal.get("replay_held_bytes", 0),
+                "replay_held_peak_bytes": journal.get("replay_held_peak_bytes", 0),
+                "replay_catch_ups": journal.get("replay_catch_ups", 0),
+                "replay_held_offlined": journal.get("replay_held_offlined", 0),
                 "write_latency": _histogram_tree(journal["fsync"]),
             }
         return instance

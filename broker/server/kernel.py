@@ -570,6 +570,10 @@ class Broker:
                 "damaged_records": getattr(js, "damaged_records", 0),
                 "damaged_bytes": getattr(js, "damaged_bytes", 0),
                 "replay_failures": self.counters.get("replay_failures", 0),
+                "replay_held_bytes": self.counters.get("replay_held_bytes", 0),
+                "replay_held_peak_bytes": self.counters.get("replay_held_peak_bytes", 0),
+                "replay_catch_ups": self.counters.get("replay_catch_ups", 0),
+                "replay_held_offlined": self.counters.get("replay_held_offlined", 0),
                 "file_list": [{"name": jf.path.name, "state": jf.state.value, "size": jf.size}
                               for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]],
             }

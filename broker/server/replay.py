@@ -5,6 +5,12 @@ records up to ``cut`` come from the journal, later messages are held in the subs
 and delivered after the replay. So the cut-over has no gap and no duplicate. Journal reads run in worker
 threads, a chunk at a time, and wait for the client's outbound buffer to drain, so a slow replaying
 client is paced rather than offlined.
+
+The held live messages are bounded (:class:`HeldLive`): past a quarter of the client's MessageMemoryLimit,
+or while client buffers exceed the broker-wide TotalMessageMemoryLimit, the replay drops them (each is also
+in the journal) and reads on past the old cut-over to a new one fixed in one engine step (catch-up, as
+AMPS does). Where the journal cannot give back what was held (a topic the journal does not record, an
+out-of-focus notice, the window of a paginated historical query), the client is offlined as slow instead.
 """
 
 from __future__ import annotations
@@ -37,6 +43,11 @@ log = logging.getLogger("broker.replay")
 CHUNK = 512
 #: Outbound bytes queued before the replay waits for the client to read.
 WATERMARK = 2 * 1024 * 1024
+#: The share of the client's MessageMemoryLimit that one replaying subscription may hold in live messages
+#: (the replay itself keeps up to WATERMARK plus a chunk queued in the outbound buffer).
+HELD_SHARE = 4
+#: Bytes counted per held message besides its body, topic, bookmark, key and correlation id (the tuple).
+HELD_OVERHEAD = 64
 
 _RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>x|X|[kKmMgG]?[bB])?\s*$")
 _UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
@@ -70,6 +81,113 @@ class Rate:
             due = self._start_wall + self._sent / limit
         if due > now:
             await trio.sleep(due - now)
+
+
+class HeldLive(list):  # type: ignore[type-arg]
+    """The live messages held for one replaying subscription until its cut-over, bounded in bytes.
+
+    The engine appends ``(topic, body, bm, key, x[, oof reason])`` tuples as to a list. Past ``bound``
+    bytes, or while client buffers exceed the broker-wide TotalMessageMemoryLimit, what is held is dropped
+    when the journal holds all of it (publishes on topics it records, appended to it before being routed
+    here): the replay then reads on to a new cut-over (:meth:`refix`). Otherwise the client is offlined as
+    slow. Held bytes count in the broker-wide budget's ``output`` (they wait to go out to the client) and
+    in the ``replay_held_bytes`` gauge.
+
+    Args:
+        broker: The broker (journal topics, budget, counters).
+        session: The subscriber.
+        sub_id: Its subscription, for log lines.
+        catch_up: Whether the replay can read held changes back from the journal (not: a paginated
+            historical window, which needs every change of the topic in order with its own).
+    """
+
+    def __init__(self, broker: Broker, session: Any, sub_id: str, catch_up: bool = True) -> None:
+        super().__init__()
+        self.broker = broker
+        self.session = session
+        self.sub_id = sub_id
+        self.bound = max(session.outbound.limit // HELD_SHARE, 1)
+        self.catch_up = catch_up
+        self.bytes = 0
+        #: Whether held messages were dropped since the cut-over was fixed: the journal must be read past it.
+        self.dropped = False
+        #: Whether everything routed here since the cut-over was fixed can be read back from the journal.
+        self.exact = True
+        self.catch_ups = 0
+        self._logged: dict[str, bool] = {}
+
+    def append(self, item: tuple[Any, ...]) -> None:  # noqa: D102 - the engine's list interface
+        topic = item[0]
+        if self.exact:
+            logged = self._logged.get(topic)
+            if logged is None:
+                logged = self._logged[topic] = self.broker.is_logged(topic)
+            self.exact = self.catch_up and logged and len(item) == 5
+        if self.dropped:
+            if not self.exact:
+                self._offline(item)
+            return  # in the journal: read back by the catch-up
+        size = (HELD_OVERHEAD + len(item[1]) + len(topic) + len(item[2] or "") + len(item[3] or "")
+                + len(item[4] or ""))
+        if self.bytes + size > self.bound or not self.broker.memory.fits(size):
+            if self.exact:
+                self._drop()  # this message too: it is in the journal
+            else:
+                self._offline(item)
+            return
+        super().append(item)
+        self.bytes += size
+        self.broker.memory.output += size
+        counters = self.broker.counters
+        counters["replay_held_bytes"] = counters.get("replay_held_bytes", 0) + size
+        if self.bytes > counters.get("replay_held_peak_bytes", 0):
+            counters["replay_held_peak_bytes"] = self.bytes
+
+    def _drop(self) -> None:
+        """Let go of what is held: the replay reads it back from the journal."""
+        self.release()
+        self.dropped = True
+        self.catch_ups += 1
+        self.broker.counters["replay_catch_ups"] = self.broker.counters.get("replay_catch_ups", 0) + 1
+        log.debug("%s (%s): subscription %s held more than %d bytes of live messages during its replay: "
+                  "dropped them, reading on from the transaction log", self.session.id, self.session.name,
+                  self.sub_id, self.bound)
+
+    def _offline(self, item: tuple[Any, ...]) -> None:
+        """Offline the client as slow: what it holds cannot be read back from the journal."""
+        held = self.bytes
+        self.release()
+        self.dropped = True  # nothing more is held: the session is going
+        if self.session.closed_reason:
+            return
+        why = ("the paginated historical window needs every change" if not self.catch_up
+               else f"topic {item[0]!r} is not recorded in the transaction log" if len(item) == 5
+               else "out-of-focus notices are not in the transaction log")
+        self.broker.counters["replay_held_offlined"] = self.broker.counters.get("replay_held_offlined", 0) + 1
+        log.warning("%s (%s) offlined as slow: its replaying subscription %s held %d bytes of live messages, "
+                    "more than its bound of %d bytes (a quarter of MessageMemoryLimit, or the broker-wide "
+                    "TotalMessageMemoryLimit was reached), and the replay cannot read them back from the "
+                    "transaction log (%s)", self.session.id, self.session.name, self.sub_id, held, self.bound, why)
+        self.session._offline(held=held)
+
+    def release(self) -> None:
+        """Drop every held message and take its bytes out of the accounting."""
+        self.clear()
+        self.broker.memory.output -= self.bytes
+        self.broker.counters["replay_held_bytes"] = self.broker.counters.get("replay_held_bytes", 0) - self.bytes
+        self.bytes = 0
+
+    def refix(self) -> None:
+        """The journal now holds everything dropped (the caller fixes the new cut-over in this same engine
+        step): hold live messages again."""
+        self.dropped = False
+        self.exact = True
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """What is held, in order, taken out of the accounting (the cut-over)."""
+        held = list(self)
+        self.release()
+        return held
 
 
 class Replay:
@@ -134,7 +252,7 @@ async def start_bookmark_subscription(broker: Broker, session: Any, header: Mapp
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         return
     # The same engine step: register, hold live messages, and fix the cut-over sequence.
-    sub.replay_buffer = []
+    sub.replay_buffer = HeldLive(broker, session, sub.sub_id)
     cut = journal.last_sequence
     replay = Replay(sub, paused="pause" in words)
     broker.replays[(id(session), sub.sub_id)] = replay
@@ -221,7 +339,16 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 if close is not None:
                     close()
             if until >= cut:
-                break
+                held_live = sub.replay_buffer
+                if not isinstance(held_live, HeldLive) or not held_live.dropped:
+                    break
+                # Catch-up: live messages were dropped (each is in the journal, after the old cut-over). In one
+                # engine step fix a new cut-over and hold live messages again; read on to it.
+                cut = journal.last_sequence
+                held_live.refix()
+                if read_to:
+                    position = ReplayStart.after(read_to)
+                continue
             # The rest of the replay is not on disk yet (the journal's disk is full, or a group commit is
             # under way): wait for it, then read on from where this pass stopped.
             replay.waiting_for_journal = True
@@ -230,7 +357,8 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             if read_to:
                 position = ReplayStart.after(read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.
-        held, sub.replay_buffer = sub.replay_buffer or [], None
+        held_live, sub.replay_buffer = sub.replay_buffer, None
+        held = held_live.take() if isinstance(held_live, HeldLive) else list(held_live or [])
         if isinstance(historical, HistoricalPages):
             historical.finish(held)  # the same engine step: the private window joins the live ones
             held = []
@@ -243,11 +371,14 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         if "persisted" in acks:
             session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=last_bm or journal.bookmark(cut))
-        log.info("%s replayed %d messages for %s/%s in %.3fs (then %d held live)", session.id, sent,
-                 session.name, sub.sub_id, time.monotonic() - began, len(held))
+        log.info("%s replayed %d messages for %s/%s in %.3fs (then %d held live; %d catch-ups past the "
+                 "cut-over)", session.id, sent, session.name, sub.sub_id, time.monotonic() - began, len(held),
+                 held_live.catch_ups if isinstance(held_live, HeldLive) else 0)
     except (JournalError, OSError) as exc:
         _replay_failed(broker, session, header, acks, sub, exc, sent, last_bm)
     finally:
+        if isinstance(sub.replay_buffer, HeldLive):
+            sub.replay_buffer.release()
         sub.replay_buffer = None
         broker.replays.pop((id(session), sub.sub_id), None)
         broker.replays_active -= 1
@@ -421,7 +552,8 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
     as_of = historical_time(header)
     assert as_of is not None
     now = time.time_ns()
-    sub.replay_buffer = []
+    window = sub.extra.get("historical_window")
+    sub.replay_buffer = HeldLive(broker, session, sub.sub_id, catch_up=window is None)
     cut = journal.last_sequence
     bounds = {t.name: t.history.as_of_bound(as_of) for t in topics}
     snapshots = {t.name: t.history.snapshot(as_of, now, count=False) for t in topics}
@@ -441,6 +573,8 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
         session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, None, historical)
 
     def cancel() -> None:  # the query failed before group_end: no replay
+        if isinstance(sub.replay_buffer, HeldLive):
+            sub.replay_buffer.release()
         sub.replay_buffer = None
         broker.replays.pop((id(session), sub.sub_id), None)
         historical.close()

@@ -150,6 +150,12 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_replay_failures_total", "counter",
           "Bookmark replays ended by a transaction log problem (the client got a failure notice and stayed "
           "connected)."),
+    _spec("broker_replay_held_bytes", "gauge", "Live messages held by replaying subscriptions until their cut-over."),
+    _spec("broker_replay_held_peak_bytes", "gauge", "The most live-message bytes one replaying subscription held."),
+    _spec("broker_replay_catch_ups_total", "counter",
+          "Replays that dropped their held live messages at the bound and read them back from the journal."),
+    _spec("broker_replay_held_offlined_total", "counter",
+          "Replaying clients offlined: held live messages at the bound that the journal cannot give back."),
     _spec("broker_action_runs_total", "counter",
           "Runs of a configured action, by outcome: success, failure (a step failed), skipped (an If gate "
           "said no), busy (fired while still running, so not run).", "action", "outcome"),
@@ -305,6 +311,10 @@ class BrokerCollector(Collector):
             yield _scalar("broker_journal_damaged_records_total", journal.get("damaged_records", 0))
             yield _scalar("broker_journal_damaged_bytes_total", journal.get("damaged_bytes", 0))
             yield _scalar("broker_replay_failures_total", journal.get("replay_failures", 0))
+            yield _scalar("broker_replay_held_bytes", journal.get("replay_held_bytes", 0))
+            yield _scalar("broker_replay_held_peak_bytes", journal.get("replay_held_peak_bytes", 0))
+            yield _scalar("broker_replay_catch_ups_total", journal.get("replay_catch_ups", 0))
+            yield _scalar("broker_replay_held_offlined_total", journal.get("replay_held_offlined", 0))
 
         yield from _action_families(snap["actions"])
 

@@ -201,6 +201,10 @@ class JournalStats(TypedDict):
     damaged_records: int  # cumulative: damaged journal records met (at start-up or by replays)
     damaged_bytes: int  # cumulative: bytes of those records
     replay_failures: int  # cumulative: bookmark replays ended by a journal problem (the client was told)
+    replay_held_bytes: int  # live messages held by replaying subscriptions until their cut-over (bytes)
+    replay_held_peak_bytes: int  # the most one replaying subscription held since start (bytes)
+    replay_catch_ups: int  # cumulative: held messages dropped and read back from the journal past the cut-over
+    replay_held_offlined: int  # cumulative: replaying clients offlined because what they held was not journaled
     file_list: list[JournalFileInfo]  # the newest journal files with their state
 
 

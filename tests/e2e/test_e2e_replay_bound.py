@@ -1,0 +1,121 @@
+"""Live messages held during a bookmark replay are bounded (issue 14): a slow replaying subscriber on a busy
+topic catches up from the journal (every message exactly once, in order) with the broker holding at most a
+quarter of its MessageMemoryLimit; where the journal cannot give back what was held, it is offlined as slow."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import AMPS
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.testing.admin import fresh_get
+
+TXLOG = """
+<JournalDirectory>./journal</JournalDirectory>
+<FlushInterval>10ms</FlushInterval>
+<Topic><Name>events</Name><MessageType>json</MessageType></Topic>
+"""
+LIMIT = 6 * 1024 * 1024  # MessageMemoryLimit: the replay queues up to 2 MB plus a chunk of 512 records
+BOUND = LIMIT // 4  # what one replaying subscription may hold
+PAD = "x" * 2000
+BEFORE = 8000  # ~16 MB in the journal: more than the socket buffers and the outbound watermark together
+DURING = 3000  # ~6 MB published while the subscriber does not read: four times the bound
+
+
+def publish_numbered(client, topic: str, start: int, stop: int) -> None:
+    for n in range(start, stop):
+        client.publish(topic, json.dumps({"n": n, "pad": PAD}))
+    client.publish_flush(20000)
+
+
+def metrics(admin_port: int) -> dict[str, float]:
+    text = fresh_get(admin_port)[1].decode()  # a statistics sample taken after the call began
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
+class BlockedReader:
+    """A message handler that stops reading at its first message until released (the client's receive
+    thread is stuck in it, so the broker's socket and outbound buffer fill), then records every message."""
+
+    def __init__(self) -> None:
+        self.first = threading.Event()
+        self.release = threading.Event()
+        self.numbers: list[int] = []
+        self.completed = threading.Event()
+        self.done = threading.Event()
+        self.expect = 0
+
+    def __call__(self, message) -> None:  # noqa: ANN001 - AMPS.Message
+        if message.get_command() == "ack":
+            if message.get_ack_type() == "completed":
+                self.completed.set()
+            return
+        if not self.first.is_set():
+            self.first.set()
+            self.release.wait(30)
+        self.numbers.append(json.loads(message.get_data())["n"])
+        if len(self.numbers) >= self.expect:
+            self.done.set()
+
+
+@pytest.mark.timeout(90)
+def test_slow_replaying_subscriber_catches_up_exactly_once_within_the_bound(broker_factory, client_factory) -> None:
+    broker = broker_factory(admin=True, transaction_log=TXLOG,
+                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
+    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    publish_numbered(pub, "events", 0, BEFORE)
+
+    reader = BlockedReader()
+    reader.expect = BEFORE + DURING
+    sub.execute_async(AMPS.Command("subscribe").set_topic("events").set_bookmark("0").add_ack_type("completed"),
+                      reader)
+    assert reader.first.wait(20), "the replay sent nothing"
+    publish_numbered(pub, "events", BEFORE, BEFORE + DURING)  # the flood, while the subscriber reads nothing
+    during = metrics(broker.admin_port)
+    reader.release.set()
+
+    assert reader.done.wait(60), f"received {len(reader.numbers)} of {BEFORE + DURING}"
+    assert reader.completed.wait(20)
+    pub.publish("events", json.dumps({"n": BEFORE + DURING, "pad": ""}))  # live after the cut-over
+    reader.expect += 1
+    reader.done.clear()
+    assert reader.done.wait(20)
+    assert reader.numbers == list(range(BEFORE + DURING + 1))  # every message once, in order
+
+    after = metrics(broker.admin_port)
+    assert during["broker_replay_held_bytes"] <= BOUND
+    assert after["broker_replay_catch_ups_total"] >= 1  # the flood went past the bound
+    assert 0 < after["broker_replay_held_peak_bytes"] <= BOUND
+    assert after["broker_replay_held_bytes"] == 0
+    assert after["broker_slow_client_disconnects_total"] == 0
+    assert after["broker_replay_held_offlined_total"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_held_messages_the_journal_cannot_give_back_offline_the_client_at_the_bound(broker_factory,
+                                                                                    client_factory) -> None:
+    broker = broker_factory(admin=True, transaction_log=TXLOG,
+                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
+    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    publish_numbered(pub, "events", 0, BEFORE)
+
+    reader = BlockedReader()
+    reader.expect = 10**9
+    # A regex bookmark subscription that also matches `plain`, a topic the journal does not record.
+    sub.execute_async(AMPS.Command("subscribe").set_topic("^(events|plain)$").set_bookmark("0"), reader)
+    assert reader.first.wait(20), "the replay sent nothing"
+    publish_numbered(pub, "plain", 0, DURING)
+    deadline = time.monotonic() + 30
+    while (got := metrics(broker.admin_port))["broker_replay_held_offlined_total"] < 1:
+        assert time.monotonic() < deadline, "the replaying client was not offlined"
+    reader.release.set()
+    assert got["broker_replay_held_offlined_total"] == 1
+    assert got["broker_slow_client_disconnects_total"] == 1
+    assert got["broker_replay_held_bytes"] == 0
+    assert got["broker_replay_held_peak_bytes"] <= BOUND
+    pub.publish("events", json.dumps({"n": -1, "pad": ""}))  # the publisher carries on
+    pub.publish_flush(5000)
