@@ -112,7 +112,8 @@ def test_positions_view_server_values() -> None:
         pytest.skip(f"{path} is not available")
     config = load_config(path, env={})
     assert config.name == "NYC-1"
-    assert [t.name for t in config.transports] == ["any-tcp"]
+    # any-ws (websocket) is served since issue 19; the amps-replication transport is reported as ignored
+    assert [(t.name, t.protocol) for t in config.transports] == [("any-tcp", "amps"), ("any-ws", "websocket")]
     assert [t.name for t in config.sow_topics] == ["customers", "executions", "market_data"]
     assert config.sow_topics[2].keys == ("/id", "/timestamp") and config.sow_topics[1].expiration == 5 * 86400
     assert config.transaction_log.journal_size == 50 * 1024**2
