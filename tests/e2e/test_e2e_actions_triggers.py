@@ -74,6 +74,7 @@ def test_startup_and_shutdown_actions_run_and_sigterm_exits_zero(make_broker, tm
     proc = make_broker(actions(on("startup", Name="hello") + write("events.txt", "up {{AMPS_INSTANCE_NAME}}"),
                                on("shutdown", Name="bye") + write("events.txt", "down")))
     wait_until(lambda: lines(out) == ["up test-broker"], what="the startup action")
+    wait_until(lambda: "ready" in proc.log(), what="the ready line")  # logged after the startup actions
     log = proc.log()
     assert log.index("listening on") < log.index("action 'hello': success") < log.index("ready")
     assert proc.stop() == 0
