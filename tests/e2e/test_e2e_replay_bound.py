@@ -4,6 +4,7 @@ quarter of its MessageMemoryLimit; where the journal cannot give back what was h
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -18,7 +19,10 @@ TXLOG = """
 <JournalDirectory>./journal</JournalDirectory>
 <FlushInterval>10ms</FlushInterval>
 <Topic><Name>events</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>hist</Name><MessageType>json</MessageType></Topic>
 """
+SOW = """<Topic><Name>hist</Name><MessageType>json</MessageType><Key>/n</Key><FileName>./sow/%n.sow</FileName>
+  <History><Window>1h</Window><Granularity>0s</Granularity></History></Topic>"""
 LIMIT = 6 * 1024 * 1024  # MessageMemoryLimit: the replay queues up to 2 MB plus a chunk of 512 records
 BOUND = LIMIT // 4  # what one replaying subscription may hold
 PAD = "x" * 2000
@@ -50,9 +54,12 @@ class BlockedReader:
         self.expect = 0
 
     def __call__(self, message) -> None:  # noqa: ANN001 - AMPS.Message
-        if message.get_command() == "ack":
+        command = message.get_command()
+        if command == "ack":
             if message.get_ack_type() == "completed":
                 self.completed.set()
+            return
+        if command not in ("publish", "sow"):  # group_begin, group_end of a sow_and_subscribe
             return
         if not self.first.is_set():
             self.first.set()
@@ -80,19 +87,55 @@ def test_slow_replaying_subscriber_catches_up_exactly_once_within_the_bound(brok
 
     assert reader.done.wait(60), f"received {len(reader.numbers)} of {BEFORE + DURING}"
     assert reader.completed.wait(20)
-    pub.publish("events", json.dumps({"n": BEFORE + DURING, "pad": ""}))  # live after the cut-over
     reader.expect += 1
     reader.done.clear()
+    pub.publish("events", json.dumps({"n": BEFORE + DURING, "pad": ""}))  # live after the cut-over
     assert reader.done.wait(20)
     assert reader.numbers == list(range(BEFORE + DURING + 1))  # every message once, in order
 
     after = metrics(broker.admin_port)
+    assert during["broker_replays_active"] == 1, "the replay ended before the flood: socket buffers above 16 MB?"
     assert during["broker_replay_held_bytes"] <= BOUND
     assert after["broker_replay_catch_ups_total"] >= 1  # the flood went past the bound
     assert 0 < after["broker_replay_held_peak_bytes"] <= BOUND
     assert after["broker_replay_held_bytes"] == 0
     assert after["broker_slow_client_disconnects_total"] == 0
     assert after["broker_replay_held_offlined_total"] == 0
+
+
+@pytest.mark.timeout(90)
+def test_historical_sow_and_subscribe_catches_up_exactly_once_within_the_bound(broker_factory,
+                                                                              client_factory) -> None:
+    broker = broker_factory(admin=True, sow=SOW, transaction_log=TXLOG,
+                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
+    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    pub.publish("hist", json.dumps({"n": -1, "pad": ""}))  # in the snapshot
+    pub.publish_flush(5000)
+    as_of = time.time_ns()
+    while time.time_ns() <= as_of + 1000:  # the bookmark has microsecond precision
+        pass
+    as_of += 1000
+    publish_numbered(pub, "hist", 0, BEFORE)  # replayed from the journal after the snapshot
+
+    reader = BlockedReader()
+    reader.expect = 1 + BEFORE + DURING
+    stamp = dt.datetime.fromtimestamp(as_of / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
+    sub.execute_async(AMPS.Command("sow_and_subscribe").set_topic("hist").set_bookmark(stamp), reader)
+    assert reader.first.wait(20), "the query sent nothing"
+    publish_numbered(pub, "hist", BEFORE, BEFORE + DURING)  # the flood, while the subscriber reads nothing
+    reader.release.set()
+
+    assert reader.done.wait(60), f"received {len(reader.numbers)} of {reader.expect}"
+    reader.expect += 1
+    reader.done.clear()
+    pub.publish("hist", json.dumps({"n": BEFORE + DURING, "pad": ""}))  # live after the cut-over
+    assert reader.done.wait(20)
+    assert reader.numbers == list(range(-1, BEFORE + DURING + 1))  # snapshot, replay, held/live: once, in order
+    after = metrics(broker.admin_port)
+    assert after["broker_replay_catch_ups_total"] >= 1
+    assert 0 < after["broker_replay_held_peak_bytes"] <= BOUND
+    assert after["broker_replay_held_bytes"] == 0
+    assert after["broker_slow_client_disconnects_total"] == 0
 
 
 @pytest.mark.timeout(60)
