@@ -165,8 +165,8 @@ class HeldLive(list):  # type: ignore[type-arg]
                else "out-of-focus notices are not in the transaction log")
         self.broker.counters["replay_held_offlined"] = self.broker.counters.get("replay_held_offlined", 0) + 1
         log.warning("%s (%s) offlined as slow: its replaying subscription %s held %d bytes of live messages, "
-                    "more than its bound of %d bytes (a quarter of MessageMemoryLimit, or the broker-wide "
-                    "TotalMessageMemoryLimit was reached), and the replay cannot read them back from the "
+                    "and the next would pass its bound of %d bytes (a quarter of MessageMemoryLimit) or the "
+                    "broker-wide TotalMessageMemoryLimit, and the replay cannot read them back from the "
                     "transaction log (%s)", self.session.id, self.session.name, self.sub_id, held, self.bound, why)
         self.session._offline(held=held)
 

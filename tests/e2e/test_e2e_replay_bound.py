@@ -36,6 +36,21 @@ def publish_numbered(client, topic: str, start: int, stop: int) -> None:
     client.publish_flush(20000)
 
 
+def now_stamp() -> str:
+    """An AMPS timestamp bookmark after every publish so far and before every later one (microseconds)."""
+    as_of = time.time_ns()
+    while time.time_ns() <= as_of + 1000:
+        pass
+    return dt.datetime.fromtimestamp((as_of + 1000) / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
+
+
+def start(broker_factory, client_factory, **sections: str):  # noqa: ANN201 - (broker, publisher, subscriber)
+    """A broker whose clients have a MessageMemoryLimit of LIMIT, a publisher and a subscriber."""
+    broker = broker_factory(admin=True, transaction_log=TXLOG,
+                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>", **sections)
+    return broker, client_factory(broker.uri), client_factory(broker.uri)
+
+
 def metrics(admin_port: int) -> dict[str, float]:
     text = fresh_get(admin_port)[1].decode()  # a statistics sample taken after the call began
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
@@ -71,9 +86,7 @@ class BlockedReader:
 
 @pytest.mark.timeout(90)
 def test_slow_replaying_subscriber_catches_up_exactly_once_within_the_bound(broker_factory, client_factory) -> None:
-    broker = broker_factory(admin=True, transaction_log=TXLOG,
-                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
-    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    broker, pub, sub = start(broker_factory, client_factory)
     publish_numbered(pub, "events", 0, BEFORE)
 
     reader = BlockedReader()
@@ -106,20 +119,14 @@ def test_slow_replaying_subscriber_catches_up_exactly_once_within_the_bound(brok
 @pytest.mark.timeout(90)
 def test_historical_sow_and_subscribe_catches_up_exactly_once_within_the_bound(broker_factory,
                                                                               client_factory) -> None:
-    broker = broker_factory(admin=True, sow=SOW, transaction_log=TXLOG,
-                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
-    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    broker, pub, sub = start(broker_factory, client_factory, sow=SOW)
     pub.publish("hist", json.dumps({"n": -1, "pad": ""}))  # in the snapshot
     pub.publish_flush(5000)
-    as_of = time.time_ns()
-    while time.time_ns() <= as_of + 1000:  # the bookmark has microsecond precision
-        pass
-    as_of += 1000
+    stamp = now_stamp()
     publish_numbered(pub, "hist", 0, BEFORE)  # replayed from the journal after the snapshot
 
     reader = BlockedReader()
     reader.expect = 1 + BEFORE + DURING
-    stamp = dt.datetime.fromtimestamp(as_of / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%S.%f")
     sub.execute_async(AMPS.Command("sow_and_subscribe").set_topic("hist").set_bookmark(stamp), reader)
     assert reader.first.wait(20), "the query sent nothing"
     publish_numbered(pub, "hist", BEFORE, BEFORE + DURING)  # the flood, while the subscriber reads nothing
@@ -141,9 +148,7 @@ def test_historical_sow_and_subscribe_catches_up_exactly_once_within_the_bound(b
 @pytest.mark.timeout(60)
 def test_held_messages_the_journal_cannot_give_back_offline_the_client_at_the_bound(broker_factory,
                                                                                     client_factory) -> None:
-    broker = broker_factory(admin=True, transaction_log=TXLOG,
-                            transport_extra=f"<MessageMemoryLimit>{LIMIT}</MessageMemoryLimit>")
-    pub, sub = client_factory(broker.uri), client_factory(broker.uri)
+    broker, pub, sub = start(broker_factory, client_factory)
     publish_numbered(pub, "events", 0, BEFORE)
 
     reader = BlockedReader()
@@ -158,7 +163,33 @@ def test_held_messages_the_journal_cannot_give_back_offline_the_client_at_the_bo
     reader.release.set()
     assert got["broker_replay_held_offlined_total"] == 1
     assert got["broker_slow_client_disconnects_total"] == 1
+    assert "topic 'plain' is not recorded in the transaction log" in broker.log()
     assert got["broker_replay_held_bytes"] == 0
     assert got["broker_replay_held_peak_bytes"] <= BOUND
     pub.publish("events", json.dumps({"n": -1, "pad": ""}))  # the publisher carries on
     pub.publish_flush(5000)
+
+
+@pytest.mark.timeout(60)
+def test_a_paginated_historical_window_that_reaches_the_bound_offlines_the_client(broker_factory,
+                                                                                 client_factory) -> None:
+    """Its private window needs every change of the topic in order with its own: no catch-up there."""
+    broker, pub, sub = start(broker_factory, client_factory, sow=SOW)
+    stamp = now_stamp()
+    publish_numbered(pub, "hist", 0, BEFORE)  # every record enters the page: each one is sent
+
+    reader = BlockedReader()
+    reader.expect = 10**9
+    sub.execute_async(AMPS.Command("sow_and_subscribe").set_topic("hist").set_bookmark(stamp).set_order_by("/n")
+                      .set_options(f"top_n={10 * BEFORE},skip_n=0"), reader)
+    assert reader.first.wait(20), "the query sent nothing"
+    publish_numbered(pub, "hist", BEFORE, BEFORE + DURING)
+    deadline = time.monotonic() + 30
+    while (got := metrics(broker.admin_port))["broker_replay_held_offlined_total"] < 1:
+        assert time.monotonic() < deadline, ("the replaying client was not offlined", {k: v for k, v in got.items() if "repl" in k or "slow" in k})
+    reader.release.set()
+    assert got["broker_slow_client_disconnects_total"] == 1
+    assert got["broker_replay_held_bytes"] == 0
+    assert got["broker_replay_catch_ups_total"] == 0
+    assert "the paginated historical window needs every change" in broker.log()
+    assert got["broker_replay_held_peak_bytes"] <= BOUND
