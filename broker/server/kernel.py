@@ -40,6 +40,7 @@ from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.security.runtime import SecurityRuntime
+from broker.server.counters import BrokerCounters
 from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
 from broker.sow.history import PRUNE_SLICE, History
@@ -117,13 +118,8 @@ class Broker:
         self.memory = MemoryBudget(config.total_memory_limit)
         #: Logged-on sessions by client name: a second logon under a name disconnects the first.
         self.sessions_by_name: dict[str, Any] = {}
-        self.counters: dict[str, int] = {
-            "bytes_in": 0, "client_disconnects": 0, "slow_client_disconnects": 0,
-            "protocol_errors": 0, "commands_failed": 0,
-            "bytes_out_closed": 0,  # bytes sent to clients that have since disconnected
-            "logon_timeouts": 0, "idle_timeouts": 0, "duplicate_name_disconnects": 0,
-            "sequence_jumps_refused": 0,
-        }
+        #: The broker's own totals (named fields: a misspelt counter is an AttributeError).
+        self.counters = BrokerCounters()
         self.latency = Histogram()
         #: Every filter's evaluation and plugin-function errors, counted together (Prometheus).
         self.filter_errors = FilterStatistics()
@@ -319,7 +315,7 @@ class Broker:
             except JournalFullError as exc:
                 if self.journal_full_since is None:
                     self.journal_full_since = time.time()
-                    self.counters["journal_disk_full_episodes"] = self.counters.get("journal_disk_full_episodes", 0) + 1
+                    self.counters.journal_disk_full_episodes += 1
                     log.error("journal disk full at %s: publishes to logged topics are refused until space is "
                               "freed (%s: %s); %d records wait to be written, the broker retries by itself",
                               self.journal.journal_directory, getattr(exc, "path", "write"),
@@ -569,11 +565,11 @@ class Broker:
                 "disk_full": self.journal_disk_full,
                 "damaged_records": getattr(js, "damaged_records", 0),
                 "damaged_bytes": getattr(js, "damaged_bytes", 0),
-                "replay_failures": self.counters.get("replay_failures", 0),
-                "replay_held_bytes": self.counters.get("replay_held_bytes", 0),
-                "replay_held_peak_bytes": self.counters.get("replay_held_peak_bytes", 0),
-                "replay_catch_ups": self.counters.get("replay_catch_ups", 0),
-                "replay_held_offlined": self.counters.get("replay_held_offlined", 0),
+                "replay_failures": self.counters.replay_failures,
+                "replay_held_bytes": self.counters.replay_held_bytes,
+                "replay_held_peak_bytes": self.counters.replay_held_peak_bytes,
+                "replay_catch_ups": self.counters.replay_catch_ups,
+                "replay_held_offlined": self.counters.replay_held_offlined,
                 "file_list": [{"name": jf.path.name, "state": jf.state.value, "size": jf.size}
                               for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]],
             }
@@ -587,23 +583,22 @@ class Broker:
                          "config_path": self.config.source, "pid": os.getpid()},
             "counters": {
                 "messages_received": c.messages_received, "messages_delivered": c.messages_delivered,
-                "bytes_in": self.counters["bytes_in"],
-                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters["bytes_out_closed"],
-                "client_disconnects": self.counters["client_disconnects"],
-                "slow_client_disconnects": self.counters["slow_client_disconnects"],
-                "protocol_errors": self.counters["protocol_errors"],
-                "commands_failed": self.counters["commands_failed"],
-                "publishes_refused": {kind: self.counters.get(f"publishes_refused_{kind}", 0)
-                                      for kind in ("journal", "storage")},
-                "sequence_jumps_refused": self.counters["sequence_jumps_refused"],
+                "bytes_in": self.counters.bytes_in,
+                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters.bytes_out_closed,
+                "client_disconnects": self.counters.client_disconnects,
+                "slow_client_disconnects": self.counters.slow_client_disconnects,
+                "protocol_errors": self.counters.protocol_errors,
+                "commands_failed": self.counters.commands_failed,
+                "publishes_refused": {"journal": self.counters.publishes_refused_journal,
+                                      "storage": self.counters.publishes_refused_storage},
+                "sequence_jumps_refused": self.counters.sequence_jumps_refused,
                 "filter_errors": {"evaluation": self.filter_errors.evaluation_errors,
                                   "function": self.filter_errors.function_errors},
-                "connections_closed": {"logon_timeout": self.counters["logon_timeouts"],
-                                       "idle_timeout": self.counters["idle_timeouts"],
-                                       "duplicate_name": self.counters["duplicate_name_disconnects"],
-                                       "logons_refused": self.counters.get("logons_refused_disconnects", 0),
-                                       "entitlement_change": self.counters.get("entitlement_change_disconnects",
-                                                                               0)},
+                "connections_closed": {"logon_timeout": self.counters.logon_timeouts,
+                                       "idle_timeout": self.counters.idle_timeouts,
+                                       "duplicate_name": self.counters.duplicate_name_disconnects,
+                                       "logons_refused": self.counters.logons_refused_disconnects,
+                                       "entitlement_change": self.counters.entitlement_change_disconnects},
                 "security_refusals": dict(self.security.statistics()),
                 "memory": {"limit": self.memory.limit, "input_bytes": self.memory.input,
                            "output_bytes": self.memory.output, "frames_refused": self.memory.refused_frames,

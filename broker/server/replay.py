@@ -139,16 +139,16 @@ class HeldLive(list):  # type: ignore[type-arg]
         self.bytes += size
         self.broker.memory.output += size
         counters = self.broker.counters
-        counters["replay_held_bytes"] = counters.get("replay_held_bytes", 0) + size
-        if self.bytes > counters.get("replay_held_peak_bytes", 0):
-            counters["replay_held_peak_bytes"] = self.bytes
+        counters.replay_held_bytes += size
+        if self.bytes > counters.replay_held_peak_bytes:
+            counters.replay_held_peak_bytes = self.bytes
 
     def _drop(self) -> None:
         """Let go of what is held: the replay reads it back from the journal."""
         self.release()
         self.dropped = True
         self.catch_ups += 1
-        self.broker.counters["replay_catch_ups"] = self.broker.counters.get("replay_catch_ups", 0) + 1
+        self.broker.counters.replay_catch_ups += 1
         log.debug("%s (%s): subscription %s held more than %d bytes of live messages during its replay: "
                   "dropped them, reading on from the transaction log", self.session.id, self.session.name,
                   self.sub_id, self.bound)
@@ -163,7 +163,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         why = ("the paginated historical window needs every change" if not self.catch_up
                else f"topic {item[0]!r} is not recorded in the transaction log" if len(item) == 5
                else "out-of-focus notices are not in the transaction log")
-        self.broker.counters["replay_held_offlined"] = self.broker.counters.get("replay_held_offlined", 0) + 1
+        self.broker.counters.replay_held_offlined += 1
         log.warning("%s (%s) offlined as slow: its replaying subscription %s held %d bytes of live messages, "
                     "and the next would pass its bound of %d bytes (a quarter of MessageMemoryLimit) or the "
                     "broker-wide TotalMessageMemoryLimit, and the replay cannot read them back from the "
@@ -174,7 +174,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         """Drop every held message and take its bytes out of the accounting."""
         self.clear()
         self.broker.memory.output -= self.bytes
-        self.broker.counters["replay_held_bytes"] = self.broker.counters.get("replay_held_bytes", 0) - self.bytes
+        self.broker.counters.replay_held_bytes -= self.bytes
         self.bytes = 0
 
     def refix(self) -> None:
@@ -503,7 +503,7 @@ def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks
                    sub: Subscription, exc: BaseException, sent: int, last_bm: str | None) -> None:
     """Tell the client its replay failed, end that subscription, count and log it; the connection stays."""
     text = describe_damage(exc) if isinstance(exc, JournalDamageError) else f"{REPLAY_FAILED}: {exc}"
-    broker.counters["replay_failures"] = broker.counters.get("replay_failures", 0) + 1
+    broker.counters.replay_failures += 1
     log.error("%s (%s): replay for subscription %s on %r failed after %d messages: %s", session.id, session.name,
               sub.sub_id, header.get("topic"), sent, text)
     still = broker.engine.router.get(session, sub.sub_id) is sub

@@ -209,7 +209,7 @@ class Session:
         ``<TotalMessageMemoryLimit>`` was and it is the largest consumer."""
         if not self.closed_reason:
             self.closed_reason = "slow client"
-            self.broker.counters["slow_client_disconnects"] += 1
+            self.broker.counters.slow_client_disconnects += 1
             if total:
                 log.warning("%s (%s) disconnected: the largest consumer (%d bytes queued) while client buffers "
                             "exceeded the broker-wide TotalMessageMemoryLimit of %d bytes", self.id, self.name,
@@ -250,8 +250,8 @@ class Session:
             if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
                 del self.broker.sessions_by_name[self.name]
             self.engine.disconnect(self)
-            self.broker.counters["client_disconnects"] += 1
-            self.broker.counters["bytes_out_closed"] += self.outbound.bytes_out  # totals never go down
+            self.broker.counters.client_disconnects += 1
+            self.broker.counters.bytes_out_closed += self.outbound.bytes_out  # totals never go down
             self.outbound.discard()
             self.broker.memory.input -= self._reserved_in
             self._reserved_in = 0
@@ -269,13 +269,13 @@ class Session:
 
         Args:
             reason: Why, for the disconnect log line.
-            counter: A broker counter to count the disconnect in.
+            counter: The :class:`~broker.server.counters.BrokerCounters` field to count the disconnect in.
         """
         if self.closed_reason:
             return
         self.closed_reason = reason
         if counter is not None:
-            self.broker.counters[counter] = self.broker.counters.get(counter, 0) + 1
+            self.broker.counters.add(counter)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -321,7 +321,7 @@ class Session:
             if not data:
                 return
             self.bytes_in += len(data)
-            self.broker.counters["bytes_in"] += len(data)
+            self.broker.counters.bytes_in += len(data)
             self._last_heard = trio.current_time()
             try:
                 self.conn.receive_data(data)
@@ -340,12 +340,12 @@ class Session:
                     else:
                         await self._dispatch(header, bytes(frame.body))
             except NotAmpsError as exc:
-                self.broker.counters["protocol_errors"] += 1
+                self.broker.counters.protocol_errors += 1
                 self.closed_reason = "not an AMPS client"
                 log.warning("%s (%s) closed: %s; %s", self.id, self.remote, exc, self.broker.websocket_hint())
                 return
             except ProtocolError as exc:
-                self.broker.counters["protocol_errors"] += 1
+                self.broker.counters.protocol_errors += 1
                 self.closed_reason = f"protocol error: {exc}"
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
@@ -423,11 +423,10 @@ class Session:
         and logged in summary (:func:`_refusal_log`), not one line each: a publish storm must not become a
         log storm.
         """
-        self.broker.counters["commands_failed"] += 1
+        self.broker.counters.commands_failed += 1
         refused = REFUSED_REASONS.get(exc.reason) if command in _PLAIN_PUBLISH or command == "sow_delete" else None
         if refused is not None:
-            key = f"publishes_refused_{refused}"
-            self.broker.counters[key] = self.broker.counters.get(key, 0) + 1
+            self.broker.counters.add(f"publishes_refused_{refused}")
             _refusal_log(refused, self, command, exc)
         elif isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
@@ -544,7 +543,7 @@ class Session:
         shown_name = (request.client_name or "")[:64]
         self.broker.security.refused("logon", client=shown_name, remote=self.remote, identity=repr(shown_user),
                                      reason=reason[:300])
-        self.broker.counters["commands_failed"] += 1
+        self.broker.counters.commands_failed += 1
         self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
         if self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS:
             self.close("logon refused" if self.logged_on else f"{self.logons_refused} logons refused",
@@ -599,7 +598,7 @@ class Session:
             logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
             last = logged if last is None else max(last, logged)
         if last is not None and seq - last > limit:
-            self.broker.counters["sequence_jumps_refused"] = self.broker.counters.get("sequence_jumps_refused", 0) + 1
+            self.broker.counters.sequence_jumps_refused += 1
             raise CommandError(
                 "invalid sequence",
                 f"publish sequence {seq} is more than {limit} above this publisher's last one ({last}); "

@@ -73,7 +73,7 @@ async def serve_transport(
                 session.message_type = broker.message_type(ws.ws.message_type)  # the URI's /amps/json
             await session.run()
         except Exception:  # a bug in one session must not take down the listener or other clients
-            broker.counters["protocol_errors"] += 1
+            broker.counters.protocol_errors += 1
             log.exception("session from %s failed", remote)
 
     task_status.started(addresses)

@@ -142,7 +142,7 @@ class WebSocketStream(trio.abc.Stream):
         return True
 
     def _refused(self, exc: RemoteProtocolError) -> None:
-        self.broker.counters["protocol_errors"] += 1
+        self.broker.counters.protocol_errors += 1
         log.warning("websocket client %s broke the protocol, closing: %s", self.remote, exc)
 
     def _reserve(self) -> bool:
