@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -383,7 +383,8 @@ class Session:
             if not self.logged_on:
                 raise CommandError("logon required", f"{command!r} before logon")
             handler = _HANDLERS.get(command)
-            if handler is None:
+            awaited = _AWAITING_HANDLERS.get(command) if handler is None else None
+            if handler is None and awaited is None:
                 raise CommandError("invalid command", f"unknown command {command!r}")
             if self.grants is not None:
                 header = self._entitled(command, header)
@@ -395,7 +396,11 @@ class Session:
                 compiled = await trio.to_thread.run_sync(self.engine.compile_uncached, text,
                                                          limiter=FILTER_COMPILE_LIMITER)
                 self.engine.keep_filter(text, compiled)
-            await handler(self, header, body, acks)
+            if handler is not None:
+                handler(self, header, body, acks)
+            else:
+                assert awaited is not None
+                await awaited(self, header, body, acks)
         except BrokerError as exc:
             self._failed(header, acks, command, exc)
 
@@ -606,7 +611,7 @@ class Session:
                 f"{self.name!r}, or a store that was reset (raise <PublisherSequenceJumpLimit> or wait for "
                 "<InactiveClientAckExpiration> if that is intended)")
 
-    async def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+    def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         seq = header.get("seq")
         if seq:
             self._check_sequence(seq)
@@ -643,7 +648,7 @@ class Session:
                                     topic_guard=guard)
         self.ack(header, acks, "processed", sub_id=sub.sub_id)
 
-    async def _unsubscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+    def _unsubscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         self.engine.unsubscribe(self, header.get("sub_id"))
         self.ack(header, acks, "processed")
 
@@ -763,7 +768,7 @@ class Session:
             raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.broker.journal))
         return self.engine.delete_still_matching(topic, text, keys)
 
-    async def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+    def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         options = str(header.get("options") or "")
         if options.startswith("start"):
             _, _, interval = options.partition(",")
@@ -854,17 +859,22 @@ def _refusal_log(kind: str, session: Session, command: str, exc: BrokerError) ->
         state[1] += 1
 _NO_ACKS: frozenset[str] = frozenset()
 
-_HANDLERS = {
+#: Command handlers that never await: called directly.
+_HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]], None]] = {
     "p": Session._publish,
     "publish": Session._publish,
     "delta_publish": Session._publish,
+    "unsubscribe": Session._unsubscribe,
+    "heartbeat": Session._heartbeat,
+}
+#: Command handlers that may await (a bookmark replay, a streamed query, a scan in slices, a flush).
+_AWAITING_HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]],
+                                       Awaitable[None]]] = {
     "subscribe": Session._subscribe,
     "delta_subscribe": Session._subscribe,
-    "unsubscribe": Session._unsubscribe,
     "sow": Session._sow,
     "sow_and_subscribe": Session._sow,
     "sow_and_delta_subscribe": Session._sow,
     "sow_delete": Session._sow_delete,
-    "heartbeat": Session._heartbeat,
     "flush": Session._flush,
 }
