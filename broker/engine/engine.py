@@ -276,14 +276,14 @@ class Engine:
         candidates = self.router.candidates(topic)
         if not candidates:
             return 0
-        # id(client) -> [client, sub_id, sub_id...]: the usual case, one publish per client.
-        pubs: dict[int, list[Any]] = {}
-        # id(client) -> [client, oof sids, delta sids]: only clients some subscription sends one to.
-        others: dict[int, list[Any]] = {}
+        # client -> its sub_ids the message goes to whole: the usual case, one publish per client.
+        pubs: dict[Client, list[str]] = {}
+        # client -> the sub_ids it gets an oof or a delta on: only clients some subscription sends one to.
+        others: dict[Client, _OtherSids] = {}
         # Each distinct filter is evaluated once per message (subscribers with the same filter text share
-        # one compiled filter): id(filter) -> passes the new state, and the previous state.
-        passed: dict[int, bool] = {}
-        before: dict[int | None, Any] = {}  # the same for the previous state (see _passed_before)
+        # one compiled filter): filter -> passes the new state.
+        passed: dict[Callable[[Any], bool], bool] = {}
+        before: _PreviousState | None = None  # the same for the previous state, made when first needed
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
                 sub.replay_buffer.append((topic, body, bm, key, x))
@@ -292,9 +292,9 @@ class Engine:
             if flt is None:
                 ok = msg is not None
             else:
-                ok = passed.get(id(flt))
+                ok = passed.get(flt)
                 if ok is None:
-                    ok = passed[id(flt)] = _passes(flt, msg)
+                    ok = passed[flt] = _passes(flt, msg)
             if ok:
                 if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
                     sub.replay_buffer.append((topic, body, bm, key, x))
@@ -302,34 +302,39 @@ class Engine:
                 if sub.delta and previous is not None:
                     as_delta = True
                     if flt is not None:  # a record entering the filter is sent whole
-                        as_delta = _passed_before(flt, before, previous, sow)
+                        if before is None:
+                            before = _PreviousState(previous, sow)
+                        as_delta = before.passes(flt)
                     if as_delta:
-                        _other_slot(others, sub.client)[2].append(sub.sub_id)
+                        _other_sids(others, sub.client).deltas.append(sub.sub_id)
                         continue
-                slot = pubs.get(id(sub.client))
-                if slot is None:
-                    pubs[id(sub.client)] = [sub.client, sub.sub_id]
+                sids = pubs.get(sub.client)
+                if sids is None:
+                    pubs[sub.client] = [sub.sub_id]
                 else:
-                    slot.append(sub.sub_id)
-            elif (sub.oof and previous is not None and flt is not None and sub.saw(previous)
-                  and _passed_before(flt, before, previous, sow)):
+                    sids.append(sub.sub_id)
+            elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
+                if before is None:
+                    before = _PreviousState(previous, sow)
+                if not before.passes(flt):
+                    continue
                 if sub.replay_buffer is not None:  # after the replay, in order with the live messages
                     sub.replay_buffer.append((topic, body, bm, key, x, "match"))
                     continue
-                _other_slot(others, sub.client)[1].append(sub.sub_id)
-        for slot in pubs.values():
-            slot[0].send_publish(topic, slot[1] if len(slot) == 2 else ",".join(slot[1:]), body, bm, key, x)
+                _other_sids(others, sub.client).oofs.append(sub.sub_id)
+        for client, sids in pubs.items():
+            client.send_publish(topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
         delivered = clients = len(pubs)
         if others:
-            for client, oofs, deltas in others.values():
-                if deltas:
+            for client, other in others.items():
+                if other.deltas:
                     assert sow is not None and previous is not None
                     diff = sow.message_type.diff(previous.data, body, sow.key_fields)
-                    client.send_publish(topic, ",".join(deltas), diff, bm, key, x)
+                    client.send_publish(topic, ",".join(other.deltas), diff, bm, key, x)
                     delivered += 1
-                if oofs:
-                    client.send_publish(topic, ",".join(oofs), body, bm, key, x, command="oof", reason="match")
-                    self.counters.oof["match"] += len(oofs)
+                if other.oofs:
+                    client.send_publish(topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
+                    self.counters.oof["match"] += len(other.oofs)
             clients += sum(1 for c in others if c not in pubs)
         if not clients:
             return 0
@@ -347,7 +352,7 @@ class Engine:
             return
         for rec in records:
             msg = sow.message_type.parse(rec.data)
-            targets: dict[int, list[Any]] = {}
+            targets: dict[Client, list[str]] = {}
             for sub in subs:
                 if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay
                     sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
@@ -358,8 +363,8 @@ class Engine:
                         sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
                                                   rec.correlation_id or None, reason))
                         continue
-                    targets.setdefault(id(sub.client), [sub.client, []])[1].append(sub.sub_id)
-            for client, sids in targets.values():
+                    targets.setdefault(sub.client, []).append(sub.sub_id)
+            for client, sids in targets.items():
                 client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
                                     rec.correlation_id or None, command="oof", reason=reason)
                 self.counters.oof[reason] += len(sids)
@@ -570,27 +575,45 @@ class Engine:
         return min(times) if times else None
 
 
-def _passed_before(flt: Callable[[Any], bool], memo: dict[int | None, Any], previous: SowRecord,
-                   sow: SowTopic | None) -> bool:
-    """Whether the record's previous state passed ``flt``, memoised per message in ``memo``.
+class _PreviousState:
+    """The state a publish replaces, during one fan-out: parsed when a subscription first needs it, and each
+    filter's answer on it memoised (oof and delta subscriptions ask whether it passed their filter)."""
 
-    ``memo`` maps ``id(filter)`` to its answer and ``None`` to the previous state's parsed message,
-    parsed only when a subscription first needs it.
-    """
-    was = memo.get(id(flt))
-    if was is None:
-        if None not in memo:
-            memo[None] = sow.message_type.parse(previous.data) if sow is not None else None
-        was = memo[id(flt)] = _passes(flt, memo[None])
-    return was
+    __slots__ = ("_msg", "_parsed", "passed", "record", "sow")
+
+    def __init__(self, record: SowRecord, sow: SowTopic | None) -> None:
+        self.record = record
+        self.sow = sow
+        #: Filter -> whether the previous state passes it.
+        self.passed: dict[Callable[[Any], bool], bool] = {}
+        self._msg: Any = None
+        self._parsed = False
+
+    def passes(self, flt: Callable[[Any], bool]) -> bool:
+        """Whether the previous state passed ``flt``."""
+        was = self.passed.get(flt)
+        if was is None:
+            if not self._parsed:
+                self._msg = self.sow.message_type.parse(self.record.data) if self.sow is not None else None
+                self._parsed = True
+            was = self.passed[flt] = _passes(flt, self._msg)
+        return was
 
 
-def _other_slot(others: dict[int, list[Any]], client: Any) -> list[Any]:
-    """``[client, oof sids, delta sids]`` of ``client`` in a fan-out's ``others`` (made on first use)."""
-    slot = others.get(id(client))
-    if slot is None:
-        slot = others[id(client)] = [client, [], []]
-    return slot
+@dataclass(slots=True)
+class _OtherSids:
+    """One client's subscriptions that get an out-of-focus notice, or a delta, of the message being fanned out."""
+
+    oofs: list[str] = field(default_factory=list)
+    deltas: list[str] = field(default_factory=list)
+
+
+def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:
+    """``client``'s entry in a fan-out's ``others`` (made on first use)."""
+    other = others.get(client)
+    if other is None:
+        other = others[client] = _OtherSids()
+    return other
 
 
 def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:

@@ -90,14 +90,14 @@ class Router:
         self._regex: list[Subscription] = []
         #: Topic -> candidate subscriptions; cleared on every change, bounded for unbounded topic spaces.
         self._cache: Memo[str, tuple[Subscription, ...]] = Memo(self._match, 100_000)
-        self._by_client: dict[int, dict[str, Subscription]] = {}
+        self._by_client: dict[object, dict[str, Subscription]] = {}
 
     def add(self, sub: Subscription) -> Subscription | None:
         """Add ``sub``; returns the subscription it replaced (same client and sub_id), if any."""
         old = self.remove(sub.client, sub.sub_id)
         if sub.window is None:
             self._index(sub)
-        self._by_client.setdefault(id(sub.client), {})[sub.sub_id] = sub
+        self._by_client.setdefault(sub.client, {})[sub.sub_id] = sub
         return old
 
     def paginate(self, sub: Subscription, window: Window) -> None:
@@ -130,16 +130,16 @@ class Router:
 
     def get(self, client: object, sub_id: str) -> Subscription | None:
         """The client's subscription ``sub_id``, if live."""
-        return self._by_client.get(id(client), {}).get(sub_id)
+        return self._by_client.get(client, {}).get(sub_id)
 
     def remove(self, client: object, sub_id: str) -> Subscription | None:
         """Remove one subscription; returns it, or ``None`` if it was not live."""
-        subs = self._by_client.get(id(client))
+        subs = self._by_client.get(client)
         if not subs or sub_id not in subs:
             return None
         sub = subs.pop(sub_id)
         if not subs:
-            del self._by_client[id(client)]
+            del self._by_client[client]
         if sub.window is not None:
             self.windows.close(sub.window)  # releases the window and, if last, the shared result set
         else:
@@ -148,7 +148,7 @@ class Router:
 
     def remove_client(self, client: object) -> list[Subscription]:
         """Remove every subscription of ``client`` (unsubscribe all, or disconnect)."""
-        subs = list(self._by_client.get(id(client), {}).values())
+        subs = list(self._by_client.get(client, {}).values())
         for sub in subs:
             self.remove(client, sub.sub_id)
         return subs

@@ -168,7 +168,7 @@ class Broker:
         if config.transaction_log is not None:
             self.engine.publisher_expiration_ns = int(config.transaction_log.inactive_client_ack_expiration * 1e9)
         self.replays_active = 0
-        self.replays: dict[tuple[int, str], Any] = {}
+        self.replays: dict[tuple[Any, str], Any] = {}
         self.admin_port: int | None = None
         #: The websocket transports' names and bound ports (the web console's query panel connects to one).
         self.websocket_endpoints: list[dict[str, Any]] = []

@@ -255,14 +255,14 @@ async def start_bookmark_subscription(broker: Broker, session: Any, header: Mapp
     sub.replay_buffer = HeldLive(broker, session, sub.sub_id)
     cut = journal.last_sequence
     replay = Replay(sub, paused="pause" in words)
-    broker.replays[(id(session), sub.sub_id)] = replay
+    broker.replays[(session, sub.sub_id)] = replay
     session.ack(header, acks, "processed", sub_id=sub.sub_id)
     session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, rate)
 
 
 def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None:
     """The running replay of a session's subscription, if any."""
-    return broker.replays.get((id(session), sub_id or ""))
+    return broker.replays.get((session, sub_id or ""))
 
 
 async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
@@ -380,7 +380,7 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         if isinstance(sub.replay_buffer, HeldLive):
             sub.replay_buffer.release()
         sub.replay_buffer = None
-        broker.replays.pop((id(session), sub.sub_id), None)
+        broker.replays.pop((session, sub.sub_id), None)
         broker.replays_active -= 1
         if historical is not None:
             historical.close()
@@ -566,7 +566,7 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
     else:
         historical = HistoricalReplay(sub, bounds, snapshots, {t.name: t.message_type for t in topics})
     replay = Replay(sub, paused=False)
-    broker.replays[(id(session), sub.sub_id)] = replay
+    broker.replays[(session, sub.sub_id)] = replay
     start = ReplayStart.since(min(bounds.values()) + 1)
 
     def begin() -> None:
@@ -576,7 +576,7 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
         if isinstance(sub.replay_buffer, HeldLive):
             sub.replay_buffer.release()
         sub.replay_buffer = None
-        broker.replays.pop((id(session), sub.sub_id), None)
+        broker.replays.pop((session, sub.sub_id), None)
         historical.close()
 
     return begin, cancel

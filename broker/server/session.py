@@ -470,7 +470,7 @@ class Session:
             # A plain subscription to a regex reaches only the topics the identity reads without a filter
             # (_readable_unfiltered guards it); a query or replay over a regex needs read on everything.
             plain = command in ("subscribe", "delta_subscribe") and not bookmark and not self.broker.replays.get(
-                (id(self), header.get("sub_id") or ""))
+                (self, header.get("sub_id") or ""))
             if not grants.reads_everything() and not plain:
                 self._refuse("read", topic, f"{command} of the regular expression {topic!r} (an identity with "
                              "per-topic entitlements queries topics by name)")
@@ -640,7 +640,7 @@ class Session:
 
     async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         delta = header.get("command") == "delta_subscribe"
-        if header.get("bookmark") or self.broker.replays.get((id(self), header.get("sub_id") or "")):
+        if header.get("bookmark") or self.broker.replays.get((self, header.get("sub_id") or "")):
             await self.broker.bookmark_subscribe(self, header, acks, delta=delta)
             return
         guard = self._readable_unfiltered if self.grants is not None and not self.grants.reads_everything() else None
