@@ -119,13 +119,27 @@ class Session:
         self._refused: dict[str, int] = {}
 
     # -- outbound ------------------------------------------------------------------------------------
-    def send(self, header: Mapping[str, Any], body: bytes = b"") -> None:
-        """Queue one frame (held back while a query's results are being streamed)."""
-        self._queue(encode_frame(header, body))
+    def send(self, header: Mapping[str, Any], body: bytes = b"", *, now: bool = False) -> None:
+        """Encode one frame and :meth:`emit` it."""
+        self.emit(encode_frame(header, body), now=now)
 
-    def _send_now(self, header: Mapping[str, Any], body: bytes = b"") -> None:
-        """Queue a frame ahead of held live messages (query results, acks of the query)."""
-        self._put(encode_frame(header, body))
+    def emit(self, frame: bytes, *, now: bool = False) -> None:
+        """Queue one encoded frame for this client: the one way out of the session.
+
+        While a query streams its results, live messages are held back until it ends (no gap, no
+        reordering); ``now`` puts the frame ahead of them (the query's results, its acks and group
+        frames). A client past its outbound bound is offlined as slow; past the broker-wide budget, the
+        largest consumers are shed.
+        """
+        if self._held is not None and not now:
+            self._hold(frame)
+            return
+        outbound = self.outbound
+        outbound.put(frame)
+        if outbound.overflowed:
+            self._offline()
+        elif outbound.budget.over:
+            self.broker.shed_consumers()
 
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None:
@@ -143,17 +157,8 @@ class Session:
                                          reason=(reason or "match") if command == "oof" else None,
                                          bm=bm or None, k=k or None, x=x or None)
             _template_key = key
-        frame = _template.frame(sids)
         self.messages_out += 1
-        if self._held is not None:
-            self._hold(frame)
-            return
-        outbound = self.outbound
-        outbound.put(frame)
-        if outbound.overflowed:
-            self._offline()
-        elif outbound.budget.over:
-            self.broker.shed_consumers()
+        self.emit(_template.frame(sids))
 
     def _oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
         """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out
@@ -172,13 +177,6 @@ class Session:
         sow = self.engine.sow_topics.get(topic)
         return sow.message_type if sow is not None else self.message_type
 
-    def _queue(self, frame: bytes) -> None:
-        """Hold ``frame`` while a query streams its results, otherwise put it on the outbound buffer."""
-        if self._held is not None:
-            self._hold(frame)
-        else:
-            self._put(frame)
-
     def _hold(self, frame: bytes) -> None:
         """Keep a live message back until the query streaming now ends (no gap, no reordering).
 
@@ -191,13 +189,6 @@ class Session:
         self._held_bytes += len(frame)
         if self._held_bytes + self.outbound.size > self.outbound.limit:
             self._offline(held=self._held_bytes)
-
-    def _put(self, frame: bytes) -> None:
-        self.outbound.put(frame)
-        if self.outbound.overflowed:
-            self._offline()
-        elif self.outbound.budget.over:
-            self.broker.shed_consumers()
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (ends with the connection)."""
@@ -227,7 +218,7 @@ class Session:
         """Send ``ack_type`` if the request asked for it."""
         if ack_type in acks:
             h = ack_header(request, ack_type, reason=reason, **extras)
-            (self._send_now if now else self.send)(h)
+            self.send(h, now=now)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -680,7 +671,7 @@ class Session:
             if sub is not None:
                 extras["sub_id"] = sub.sub_id
             self.ack(header, acks, "processed", now=True, **extras)
-            self._send_now({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id})
+            self.send({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
             outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
             batch: list[tuple[str, str, str, str, str, bytes]] = []
             watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
@@ -700,7 +691,7 @@ class Session:
                     returned += 1
                     if len(batch) >= batch_size:
                         # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                        self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
+                        self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
                         batch = []
                         if self.outbound.size > watermark:
                             await self.outbound.wait_below(watermark // 2)
@@ -709,8 +700,8 @@ class Session:
                     await trio.sleep(0)
                     slice_end = perf_counter() + QUERY_SLICE_SECONDS
             if batch:
-                self._put(encode_sow_records({**outer, "batch_size": len(batch)}, batch))
-            self._send_now({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id})
+                self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
+            self.send({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
             if begin_replay is not None:
                 begin_replay()
                 begin_replay = cancel_replay = None
@@ -728,7 +719,7 @@ class Session:
                 held, self._held = self._held, None
                 self._held_bytes = 0
                 for frame in held or ():
-                    self._put(frame)
+                    self.emit(frame, now=True)
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         if header.get("bookmark") and not body and not header.get("filter"):
