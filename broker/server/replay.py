@@ -168,7 +168,7 @@ class HeldLive(list):  # type: ignore[type-arg]
                     "and the next would pass its bound of %d bytes (a quarter of MessageMemoryLimit) or the "
                     "broker-wide TotalMessageMemoryLimit, and the replay cannot read them back from the "
                     "transaction log (%s)", self.session.id, self.session.name, self.sub_id, held, self.bound, why)
-        self.session._offline(held=held)
+        self.session._offline(held=held, held_during=f"subscription {self.sub_id} replayed the transaction log")
 
     def release(self) -> None:
         """Drop every held message and take its bytes out of the accounting."""

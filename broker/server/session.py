@@ -195,9 +195,10 @@ class Session:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def _offline(self, held: int = 0, total: int = 0) -> None:
+    def _offline(self, held: int = 0, total: int = 0, held_during: str = "a query streamed") -> None:
         """Disconnect a slow client: its outbound bound was exceeded, or (``total``) the broker-wide
-        ``<TotalMessageMemoryLimit>`` was and it is the largest consumer."""
+        ``<TotalMessageMemoryLimit>`` was and it is the largest consumer. ``held`` bytes of live messages
+        were held meanwhile, ``held_during`` what (for the log line)."""
         if not self.closed_reason:
             self.closed_reason = "slow client"
             self.broker.counters.slow_client_disconnects += 1
@@ -208,7 +209,7 @@ class Session:
             else:
                 log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes%s", self.id, self.name,
                             self.outbound.limit,
-                            f" ({held} bytes of them live messages held while a query streamed)" if held else "")
+                            f" ({held} bytes of them live messages held while {held_during})" if held else "")
             self.outbound.discard()
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
