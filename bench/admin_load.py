@@ -16,8 +16,6 @@ delivered nothing or a request failed.
 from __future__ import annotations
 
 import argparse
-import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,32 +23,8 @@ from pathlib import Path
 
 import trio
 
-from broker.protocol import decode_frame, encode_frame
+from bench.latency import logon, measure
 from broker.testing.process import BrokerProcess, config_xml, free_port
-
-_LEN = struct.Struct(">I")
-
-
-async def _read_frame(stream: trio.SocketStream, buffer: bytearray) -> bytes:
-    while True:
-        if len(buffer) >= 4:
-            (size,) = _LEN.unpack_from(buffer, 0)
-            if len(buffer) >= 4 + size:
-                frame = bytes(buffer[: 4 + size])
-                del buffer[: 4 + size]
-                return frame
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        buffer.extend(chunk)
-
-
-async def _logon(port: int, name: str) -> tuple[trio.SocketStream, bytearray]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(encode_frame({"c": "logon", "cid": "1", "client_name": name, "a": "processed"}))
-    buffer = bytearray()
-    await _read_frame(stream, buffer)  # the logon ack
-    return stream, buffer
 
 
 async def _idle_clients(port: int, count: int, nursery: trio.Nursery) -> list[trio.SocketStream]:
@@ -59,7 +33,7 @@ async def _idle_clients(port: int, count: int, nursery: trio.Nursery) -> list[tr
 
     async def one(i: int) -> None:
         async with limiter:
-            stream, _ = await _logon(port, f"idle-{i}")
+            stream, _ = await logon(port, f"idle-{i}")
             streams.append(stream)
 
     async with trio.open_nursery() as inner:
@@ -84,50 +58,11 @@ async def _http_loop(port: int, counts: dict[str, int]) -> None:
 
 
 async def _phase(port: int, admin_port: int, seconds: float, rate: float, requests: int) -> dict[str, float]:
-    sub, sub_buffer = await _logon(port, f"lat-sub-{requests}")
-    pub, _ = await _logon(port, f"lat-pub-{requests}")
-    await sub.send_all(encode_frame({"c": "subscribe", "cid": "s", "t": "lat", "sub_id": "s", "a": "processed"}))
-    await _read_frame(sub, sub_buffer)  # the processed ack
-    latencies: list[float] = []
-    counts = {"ok": 0, "failed": 0}
-    sent = 0
-
-    async def receive() -> None:
-        while True:
-            frame = decode_frame(await _read_frame(sub, sub_buffer))
-            if frame.body:
-                latencies.append(time.perf_counter() - float(frame.body))
-
-    # The HTTP clients run in their own process, so their work does not delay this one's receiving.
-    load = subprocess.Popen([sys.executable, "-m", "bench.admin_load", "--http-load", str(admin_port),
-                             "--requests", str(requests)], stdout=subprocess.PIPE, text=True) if requests else None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(receive)
-        await trio.sleep(0.5)  # let the requests get going
-        deadline = trio.current_time() + seconds
-        while trio.current_time() < deadline:
-            await pub.send_all(encode_frame({"c": "p", "t": "lat"}, repr(time.perf_counter()).encode()))
-            sent += 1
-            await trio.sleep(1 / rate)
-        with trio.move_on_after(10):
-            while len(latencies) < sent:
-                await trio.sleep(0.05)
-        nursery.cancel_scope.cancel()
-    if load is not None:
-        load.terminate()
-        out, _ = load.communicate()
-        ok, failed = (int(n) for n in (out.split() or ["0", "0"])[:2])
-        counts = {"ok": ok, "failed": failed}
-    await sub.aclose()
-    await pub.aclose()
-    latencies.sort()
-
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
-
-    return {"sent": sent, "delivered": len(latencies), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
-            "max_ms": latencies[-1] * 1000 if latencies else float("nan"),
-            "requests_ok": counts["ok"], "requests_failed": counts["failed"]}
+    load = ([sys.executable, "-m", "bench.admin_load", "--http-load", str(admin_port), "--requests", str(requests)]
+            if requests else None)
+    row, out = await measure(port, str(requests), seconds=seconds, rate=rate, load=load, warmup=0.5, drain=10)
+    ok, failed = (int(n) for n in (out.split() or ["0", "0"])[:2])
+    return {**row, "requests_ok": ok, "requests_failed": failed}
 
 
 async def _run(args: argparse.Namespace, broker: BrokerProcess) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from bench.admin_load import _logon, _read_frame
+from bench.latency import logon, measure, read_frame
 from broker.protocol import decode_frame, encode_frame
 from broker.testing.process import BrokerProcess, config_xml, free_port
 
@@ -39,7 +38,7 @@ QUERIES = {
 
 
 async def _load(port: int, records: int) -> None:
-    stream, buffer = await _logon(port, "loader")
+    stream, buffer = await logon(port, "loader")
     chunk = []
     for i in range(records):
         body = json.dumps({"id": i, "v": (i * 7919) % records, "pad": "x" * 60}).encode()
@@ -50,21 +49,21 @@ async def _load(port: int, records: int) -> None:
     # The flush's ack comes once every publish before it is applied.
     await stream.send_all(b"".join(chunk) + encode_frame({"c": "flush", "cid": "f", "a": "processed"}))
     while True:
-        frame = decode_frame(await _read_frame(stream, buffer))
+        frame = decode_frame(await read_frame(stream, buffer))
         if frame.header.get("command") == "ack" and frame.header.get("cmd_id") == "f":
             break
     await stream.aclose()
 
 
 async def _query_loop(port: int, name: str, counts: dict[str, int]) -> None:
-    stream, buffer = await _logon(port, f"query-{name}")
+    stream, buffer = await logon(port, f"query-{name}")
     n = 0
     while True:
         n += 1
         cid = f"{name}-{n}"
         await stream.send_all(encode_frame({**QUERIES[name], "cid": cid, "a": "completed"}))
         while True:
-            frame = decode_frame(await _read_frame(stream, buffer))
+            frame = decode_frame(await read_frame(stream, buffer))
             header = frame.header
             if header.get("command") == "sow":
                 counts["rows"] += int(header.get("batch_size") or 1)
@@ -75,50 +74,11 @@ async def _query_loop(port: int, name: str, counts: dict[str, int]) -> None:
 
 
 async def _phase(port: int, seconds: float, rate: float, queries: bool) -> dict[str, float]:
-    sub, sub_buffer = await _logon(port, f"lat-sub-{queries}")
-    pub, _ = await _logon(port, f"lat-pub-{queries}")
-    await sub.send_all(encode_frame({"c": "subscribe", "cid": "s", "t": "lat", "sub_id": "s", "a": "processed"}))
-    await _read_frame(sub, sub_buffer)
-    latencies: list[float] = []
-    counts = {"queries": 0, "rows": 0, "failed": 0}
-    sent = 0
-    # The query clients run in their own process, so reading their rows does not delay this one's receiving.
-    load = subprocess.Popen([sys.executable, "-m", "bench.fairness", "--query-load", str(port)],
-                            stdout=subprocess.PIPE, text=True) if queries else None
-
-    async def receive() -> None:
-        while True:
-            frame = decode_frame(await _read_frame(sub, sub_buffer))
-            if frame.body:
-                latencies.append(time.perf_counter() - float(frame.body))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(receive)
-        if queries:
-            await trio.sleep(1.0)  # the queries are under way
-        deadline = trio.current_time() + seconds
-        while trio.current_time() < deadline:
-            await pub.send_all(encode_frame({"c": "p", "t": "lat"}, repr(time.perf_counter()).encode()))
-            sent += 1
-            await trio.sleep(1 / rate)
-        with trio.move_on_after(30):
-            while len(latencies) < sent:
-                await trio.sleep(0.05)
-        nursery.cancel_scope.cancel()
-    if load is not None:
-        load.terminate()
-        out, _ = load.communicate()
-        values = [int(n) for n in out.split()[:3]] if out.split() else [0, 0, 1]
-        counts = dict(zip(("queries", "rows", "failed"), values, strict=True))
-    await sub.aclose()
-    await pub.aclose()
-    latencies.sort()
-
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
-
-    return {"sent": sent, "delivered": len(latencies), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
-            "max_ms": latencies[-1] * 1000 if latencies else float("nan"), **counts}
+    load = [sys.executable, "-m", "bench.fairness", "--query-load", str(port)] if queries else None
+    row, out = await measure(port, str(queries), seconds=seconds, rate=rate, load=load,
+                             warmup=1.0 if queries else 0.0, drain=30)
+    values = [int(n) for n in out.split()[:3]] if out.split() else [0, 0, 1]
+    return {**row, **dict(zip(("queries", "rows", "failed"), values, strict=True))}
 
 
 async def _run(args: argparse.Namespace, broker: BrokerProcess) -> int:
