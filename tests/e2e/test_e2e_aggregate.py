@@ -14,6 +14,7 @@ import time
 import AMPS
 import pytest
 
+from broker.testing.client import sow_stream
 from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,23 +34,10 @@ def stamp(t_ns: int) -> str:
 
 def aggregate(client: AMPS.Client, topic: str, grouping: str, projection: str, *, filter: str | None = None,
               bookmark: str | None = None, order_by: str | None = None, top_n: int | None = None) -> list[dict]:
-    cmd = AMPS.Command("sow").set_topic(topic).set_batch_size(10)
-    cmd.set_options(f"grouping={grouping},projection={projection}")
-    if filter:
-        cmd.set_filter(filter)
-    if bookmark:
-        cmd.set_bookmark(bookmark)
-    if order_by:
-        cmd.set_order_by(order_by)
-    if top_n is not None:
-        cmd.set_top_n(top_n)
-    out = []
-    for m in client.execute(cmd).timeout(10000):
-        if m is None:
-            raise AssertionError("aggregated sow timed out")
-        if m.get_command() == "sow":
-            out.append(m.get_data())
-    return out
+    return [m.get_data() for m in sow_stream(client, topic, batch_size=10,
+                                             options=f"grouping={grouping},projection={projection}",
+                                             filter=filter, bookmark=bookmark, order_by=order_by, top_n=top_n)
+            if m.get_command() == "sow"]
 
 
 def rows(data: list[str]) -> list[dict]:

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing.admin import fresh_get
+from broker.testing.client import sow_stream
 from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -61,24 +62,10 @@ def mark(client: AMPS.Client) -> int:
 def sow(client: AMPS.Client, topic: str, bookmark: str | None = None, *, filter: str | None = None,
         order_by: str | None = None, top_n: int | None = None, options: str | None = None,
         batch_size: int = 7) -> list[dict]:
-    cmd = AMPS.Command("sow").set_topic(topic).set_batch_size(batch_size)
-    if bookmark is not None:
-        cmd.set_bookmark(bookmark)
-    if filter:
-        cmd.set_filter(filter)
-    if order_by:
-        cmd.set_order_by(order_by)
-    if top_n is not None:
-        cmd.set_top_n(top_n)
-    if options:
-        cmd.set_options(options)
-    out = []
-    for m in client.execute(cmd).timeout(10000):
-        if m is None:
-            raise AssertionError(f"sow on {topic!r} timed out")
-        if m.get_command() == "sow":
-            out.append(json.loads(m.get_data()))
-    return out
+    return [json.loads(m.get_data()) for m in sow_stream(client, topic, batch_size=batch_size, bookmark=bookmark,
+                                                         filter=filter, order_by=order_by, top_n=top_n,
+                                                         options=options)
+            if m.get_command() == "sow"]
 
 
 def by_id(rows: list[dict]) -> dict[int, dict]:

@@ -14,6 +14,8 @@ import threading
 import AMPS
 import pytest
 
+from broker.testing.client import sow_stream
+
 pytestmark = pytest.mark.timeout(180)
 
 RECORDS = 20_000
@@ -25,21 +27,9 @@ SOW = """<Topic><Name>big</Name><MessageType>json</MessageType><Key>/id</Key>
 def query(client: AMPS.Client, topic: str, *, filter: str | None = None, top_n: int | None = None,
           order_by: str | None = None, batch_size: int | None = None) -> list[dict]:
     """A sow with the official Command API: every message of the stream (command and data)."""
-    cmd = AMPS.Command("sow").set_topic(topic)
-    if filter is not None:
-        cmd.set_filter(filter)
-    if top_n is not None:
-        cmd.set_top_n(top_n)
-    if order_by is not None:
-        cmd.set_order_by(order_by)
-    if batch_size is not None:
-        cmd.set_batch_size(batch_size)
-    out = []
-    for m in client.execute(cmd).timeout(60_000):
-        if m is None:
-            raise AssertionError(f"sow on {topic!r} timed out after {len(out)} messages")
-        out.append({"command": m.get_command(), "data": m.get_data()})
-    return out
+    return [{"command": m.get_command(), "data": m.get_data()}
+            for m in sow_stream(client, topic, timeout_ms=60_000, filter=filter, top_n=top_n, order_by=order_by,
+                                batch_size=batch_size)]
 
 
 def _value(i: int) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import AMPS
 import pytest
 
+from broker.testing.client import sow_stream
 from broker.testing.process import BrokerProcess
 
 SOW = """
@@ -71,30 +72,9 @@ def query(client: AMPS.Client, topic: str, *, filter: str | None = None, options
           top_n: int | None = None, order_by: str | None = None, batch_size: int | None = None,
           sow_keys: str | None = None, query_id: str | None = None, stats: bool = False) -> list[dict]:
     """Run a sow with the official Command API; every message of the stream, as dicts."""
-    cmd = AMPS.Command("sow").set_topic(topic)
-    if filter is not None:
-        cmd.set_filter(filter)
-    if options is not None:
-        cmd.set_options(options)
-    if top_n is not None:
-        cmd.set_top_n(top_n)
-    if order_by is not None:
-        cmd.set_order_by(order_by)
-    if batch_size is not None:
-        cmd.set_batch_size(batch_size)
-    if sow_keys is not None:
-        cmd.set_sow_keys(sow_keys)
-    if query_id is not None:
-        cmd.set_query_id(query_id)
-    if stats:
-        cmd.add_ack_type("stats")
-    stream = client.execute(cmd).timeout(10000)
-    out = []
-    for m in stream:
-        if m is None:
-            raise AssertionError(f"sow on {topic!r} timed out; got {out}")
-        out.append(as_dict(m))
-    return out
+    return [as_dict(m) for m in sow_stream(client, topic, filter=filter, options=options, top_n=top_n,
+                                           order_by=order_by, batch_size=batch_size, sow_keys=sow_keys,
+                                           query_id=query_id, ack_types=("stats",) if stats else ())]
 
 
 def records(messages: list[dict]) -> list[dict]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import AMPS
 
+from broker.testing.client import sow_stream
 from broker.testing.process import BrokerProcess, config_xml, free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
@@ -66,16 +67,8 @@ REPORT = re.compile(r"counting storage (\S+): (\d+) records, (\d+) reads, (\d+) 
 
 def sow(client: AMPS.Client, topic: str, filter: str | None = None) -> list[tuple[str, dict]]:
     """(SowKey, record) of every record a sow query returns, in order."""
-    cmd = AMPS.Command("sow").set_topic(topic).set_batch_size(10)
-    if filter is not None:
-        cmd.set_filter(filter)
-    found = []
-    for m in client.execute(cmd).timeout(10000):
-        if m is None:
-            raise AssertionError(f"sow on {topic!r} timed out after {found}")
-        if m.get_command() == "sow":
-            found.append((m.get_sow_key(), json.loads(m.get_data())))
-    return found
+    return [(m.get_sow_key(), json.loads(m.get_data()))
+            for m in sow_stream(client, topic, batch_size=10, filter=filter) if m.get_command() == "sow"]
 
 
 def reports(broker: BrokerProcess, label: str) -> list[tuple[int, int, int, int]]:
