@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
+from broker.engine.counters import EngineCounters
 from broker.engine.queries import PAUSE_EVERY, QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import GuardedTopicPattern, TopicPattern
@@ -42,17 +43,6 @@ class Client(Protocol):
 
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None: ...
-
-
-@dataclass
-class EngineCounters:
-    """Totals for monitoring."""
-
-    messages_received: int = 0
-    messages_delivered: int = 0
-    commands_failed: int = 0
-    oof: dict[str, int] = field(default_factory=lambda: {"match": 0, "deleted": 0, "expired": 0})
-    topics: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -172,12 +162,7 @@ class Engine:
         self._filter_cache.keep(text, compiled)
 
     def _count_topic(self, topic: str, received: int, delivered: int) -> None:
-        name = topic if topic in self._stats_topics else "_other"
-        slot = self.counters.topics.get(name)
-        if slot is None:
-            slot = self.counters.topics[name] = [0, 0]
-        slot[0] += received
-        slot[1] += delivered
+        self.counters.count_topic(topic if topic in self._stats_topics else "_other", received, delivered)
 
     # -- publish -------------------------------------------------------------------------------------
     def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
@@ -334,7 +319,7 @@ class Engine:
                     delivered += 1
                 if other.oofs:
                     client.send_publish(topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
-                    self.counters.oof["match"] += len(other.oofs)
+                    self.counters.oof.match += len(other.oofs)
             clients += sum(1 for c in others if c not in pubs)
         if not clients:
             return 0
@@ -367,7 +352,7 @@ class Engine:
             for client, sids in targets.items():
                 client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
                                     rec.correlation_id or None, command="oof", reason=reason)
-                self.counters.oof[reason] += len(sids)
+                self.counters.oof.add(reason, len(sids))
 
     # -- subscriptions -------------------------------------------------------------------------------
     def subscribe(self, client: Any, header: Mapping[str, Any], *, kind: str = "subscribe",

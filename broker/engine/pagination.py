@@ -29,11 +29,12 @@ Pure: no trio, no I/O besides the SOW topic's storage reads.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from broker.engine.counters import OofCounts
 from broker.errors import BrokerError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
@@ -279,7 +280,7 @@ class Pagination:
         return topic in self._by_topic
 
     def on_change(self, topic: SowTopic, key: str, previous: SowRecord | None, record: SowRecord | None,
-                  message: Any | None, oof_counts: MutableMapping[str, int], reason: str = "match") -> int:
+                  message: Any | None, oof_counts: OofCounts, reason: str = "match") -> int:
         """Update the windows of ``topic`` for one changed record and deliver what changed for them.
 
         Args:
@@ -310,14 +311,14 @@ class Pagination:
         return delivered
 
     def on_removed(self, topic: SowTopic, records: Iterable[SowRecord], reason: str,
-                   oof_counts: MutableMapping[str, int]) -> int:
+                   oof_counts: OofCounts) -> int:
         """Records left the topic (``deleted`` or ``expired``); see :meth:`on_change`."""
         if topic.name not in self._by_topic:
             return 0
         return sum(self.on_change(topic, rec.key, rec, None, None, oof_counts, reason) for rec in records)
 
     def _refresh(self, window: Window, topic: SowTopic, key: str, previous: SowRecord | None,
-                 record: SowRecord | None, oof_counts: MutableMapping[str, int], reason: str) -> int:
+                 record: SowRecord | None, oof_counts: OofCounts, reason: str) -> int:
         return refresh_window(window, topic, key, previous, record, oof_counts, reason, topic.get)
 
     def statistics(self) -> dict[str, int]:
@@ -330,7 +331,7 @@ class Pagination:
 
 
 def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecord | None, record: SowRecord | None,
-                   oof_counts: MutableMapping[str, int], reason: str, lookup: Callable[[str], SowRecord | None]) -> int:
+                   oof_counts: OofCounts, reason: str, lookup: Callable[[str], SowRecord | None]) -> int:
     """Take a window's slice again after record ``key`` moved in its result set, and deliver the difference:
     the changed record, records pushed out (``oof``), records pulled in (their state read with ``lookup``:
     the SOW, or a historical subscription's replayed state)."""
@@ -357,14 +358,14 @@ def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecor
         if gone is not None:
             client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, key,
                                 gone.correlation_id or None, command="oof", reason=why)
-            oof_counts[why] = oof_counts.get(why, 0) + 1
+            oof_counts.add(why)
             sent += 1
     if sub.oof:
         for k in old_keys:
             if k not in new_set and k != key and (rec := lookup(k)) is not None:
                 client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k,
                                     rec.correlation_id or None, command="oof", reason="match")
-                oof_counts["match"] = oof_counts.get("match", 0) + 1
+                oof_counts.match += 1
                 sent += 1
     for k in new_keys:
         if k not in old_set and k != key and (rec := lookup(k)) is not None:

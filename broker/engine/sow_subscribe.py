@@ -15,10 +15,11 @@ records now in scope that the old subscription did not hold go out as the query'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from broker.engine.counters import OofCounts
 from broker.engine.pagination import ResultSet, Window
 from broker.engine.queries import QueryPlan, parse_options
 from broker.engine.router import Subscription
@@ -79,14 +80,14 @@ class SowStart:
     sub: Subscription | None = None
     oofs: list[tuple[str, SowRecord]] = field(default_factory=list)
 
-    def send_oofs(self, client: Any, oof_counts: MutableMapping[str, int]) -> None:
+    def send_oofs(self, client: Any, oof_counts: OofCounts) -> None:
         """Send the replace's out-of-focus notices (call before any later live message is queued)."""
         if self.sub is None:
             return
         for topic, rec in self.oofs:
             client.send_publish(topic, self.sub.sub_id, rec.data, rec.bookmark or None, rec.key,
                                 rec.correlation_id or None, command="oof", reason="match")
-            oof_counts["match"] = oof_counts.get("match", 0) + 1
+            oof_counts.match += 1
         self.oofs = []
 
 

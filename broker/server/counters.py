@@ -1,4 +1,4 @@
-"""The broker's own totals (beside the engine's :class:`~broker.engine.engine.EngineCounters`).
+"""The broker's own totals (beside the engine's :class:`~broker.engine.counters.EngineCounters`).
 
 One named, slotted field per counter: a misspelt counter is an ``AttributeError`` where it is counted,
 not a silent new key that no statistic ever shows. :meth:`Broker.statistics` reads these fields into the

@@ -324,7 +324,7 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                         if oof is not None:
                             session.send_publish(rec.topic, sub.sub_id, oof[1], last_bm, rec.sow_key.decode() or None,
                                                  None, command="oof", reason=oof[0])
-                            broker.engine.counters.oof[oof[0]] = broker.engine.counters.oof.get(oof[0], 0) + 1
+                            broker.engine.counters.oof.add(oof[0])
                             continue
                         session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
                                              rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
