@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ import trio
 
 from broker.stats.host import HostSampler, process_memory
 from broker.stats.rates import RateSampler
-from broker.stats.snapshot import BrokerSnapshot, HistogramSnapshot
+from broker.stats.snapshot import BrokerSnapshot, ClientStats, HistogramSnapshot, counts
 
 __all__ = ["CLIENT_SLICE", "AmpsTreeBuilder", "format_timestamp", "format_uptime", "render_values", "select"]
 
@@ -138,13 +138,13 @@ def select(tree: Tree, segments: list[str]) -> tuple[Tree, Any] | None:
 
 def _histogram_tree(snapshot: HistogramSnapshot) -> dict[str, Any]:
     """A histogram in microseconds, as AMPS reports ``write_latency``."""
-    count = snapshot["count"]
+    count = snapshot.count
     return {
         "count": count,
-        "average": (snapshot["sum"] / count * 1e6) if count else 0.0,
+        "average": (snapshot.sum / count * 1e6) if count else 0.0,
         "histogram": [
             {"id": "inf" if math.isinf(bound) else f"{bound * 1e6:g}", "count": n}
-            for bound, n in snapshot["buckets"]
+            for bound, n in snapshot.buckets
         ],
     }
 
@@ -176,7 +176,7 @@ class AmpsTreeBuilder:
         """
         now = self._clock()
         rate = self._rate_function(snapshot, now)
-        clients = [render_values(_client_row(c, rate)) for c in snapshot["clients"]]
+        clients = [render_values(_client_row(c, rate)) for c in snapshot.clients]
         return self._assemble(snapshot, now, rate, clients)
 
     async def build_sliced(self, snapshot: BrokerSnapshot, slice_size: int = CLIENT_SLICE) -> Tree:
@@ -185,7 +185,7 @@ class AmpsTreeBuilder:
         step holds the loop for more than about a millisecond whatever the number of clients."""
         now = self._clock()
         flows = self._global_flows(snapshot)
-        clients = snapshot["clients"]
+        clients = snapshot.clients
         for start in range(0, len(clients), slice_size):
             _client_flows(flows, clients[start : start + slice_size])
             await trio.sleep(0)
@@ -202,24 +202,26 @@ class AmpsTreeBuilder:
         return self._assemble(snapshot, now, rate, rows)
 
     def _global_flows(self, snap: BrokerSnapshot) -> dict[Any, float]:
-        counters = snap["counters"]
+        counters = snap.counters
         flows: dict[Any, float] = {
-            ("all", "messages_received"): counters["messages_received"],
-            ("all", "matches_found"): counters["messages_delivered"],
-            ("all", "messages_received_bytes"): counters["bytes_in"],
-            ("all", "matches_found_bytes"): counters["bytes_out"],
+            ("all", "messages_received"): counters.messages_received,
+            ("all", "matches_found"): counters.messages_delivered,
+            ("all", "messages_received_bytes"): counters.bytes_in,
+            ("all", "matches_found_bytes"): counters.bytes_out,
         }
-        for topic, sow in snap["sow"].items():
-            for field in ("inserts", "updates", "deletes", "queries"):
-                flows[("sow", topic, field)] = sow[field]
-        for topic, t in snap["topics"].items():
-            for field in ("messages_received", "messages_delivered"):
-                flows[("topic", topic, field)] = t[field]
+        for topic, sow in snap.sow.items():
+            flows[("sow", topic, "inserts")] = sow.inserts
+            flows[("sow", topic, "updates")] = sow.updates
+            flows[("sow", topic, "deletes")] = sow.deletes
+            flows[("sow", topic, "queries")] = sow.queries
+        for topic, t in snap.topics.items():
+            flows[("topic", topic, "messages_received")] = t.messages_received
+            flows[("topic", topic, "messages_delivered")] = t.messages_delivered
         return flows
 
     def _rate_function(self, snap: BrokerSnapshot, now: float) -> Callable[..., float]:
         flows = self._global_flows(snap)
-        _client_flows(flows, snap["clients"])
+        _client_flows(flows, snap.clients)
         rates = self._rates.update(flows, now)
 
         def rate(*key: str) -> float:
@@ -235,27 +237,27 @@ class AmpsTreeBuilder:
         return rendered
 
     def _instance(self, snap: BrokerSnapshot, now: float, rate: Callable[..., float]) -> dict[str, Any]:
-        info, counters = snap["instance"], snap["counters"]
+        info, counters = snap.instance, snap.counters
         instance: dict[str, Any] = {
-            "name": info["name"],
-            "version": info["version"],
-            "pid": info["pid"],
-            "config_path": info["config_path"],
+            "name": info.name,
+            "version": info.version,
+            "pid": info.pid,
+            "config_path": info.config_path,
             "cwd": os.getcwd(),
-            "uptime": format_uptime(now - info["start_time"]),
+            "uptime": format_uptime(now - info.start_time),
             "memory": process_memory(),
             "statistics": {"interval": round(self._interval * 1000)},
             "processors": [
                 {
                     "id": "all",
                     "description": "all message processors",
-                    "messages_received": counters["messages_received"],
+                    "messages_received": counters.messages_received,
                     "messages_received_per_sec": rate("all", "messages_received"),
-                    "messages_received_bytes": counters["bytes_in"],
+                    "messages_received_bytes": counters.bytes_in,
                     "messages_received_bytes_per_sec": rate("all", "messages_received_bytes"),
-                    "matches_found": counters["messages_delivered"],
+                    "matches_found": counters.messages_delivered,
                     "matches_found_per_sec": rate("all", "matches_found"),
-                    "matches_found_bytes": counters["bytes_out"],
+                    "matches_found_bytes": counters.bytes_out,
                     "matches_found_bytes_per_sec": rate("all", "matches_found_bytes"),
                     "denied_reads": 0,  # no entitlements yet: nothing is ever denied
                     "denied_writes": 0,
@@ -264,99 +266,101 @@ class AmpsTreeBuilder:
             ],
             "clients": [],  # rendered separately (_client_row), in slices by build_sliced
             "subscriptions": [
-                {"id": kind, "subscription_count": n} for kind, n in snap["subscriptions"].items()
+                {"id": kind, "subscription_count": n} for kind, n in counts(snap.subscriptions)
             ],
             "sow": [
                 {
                     "id": topic,
                     "topic": topic,
-                    "valid_keys": s["records"],
-                    "insert_count": s["inserts"],
+                    "valid_keys": s.records,
+                    "insert_count": s.inserts,
                     "inserts_per_sec": rate("sow", topic, "inserts"),
-                    "update_count": s["updates"],
+                    "update_count": s.updates,
                     "updates_per_sec": rate("sow", topic, "updates"),
-                    "delete_count": s["deletes"],
+                    "delete_count": s.deletes,
                     "deletes_per_sec": rate("sow", topic, "deletes"),
-                    "query_count": s["queries"],
+                    "query_count": s.queries,
                     "queries_per_sec": rate("sow", topic, "queries"),
-                    "expiration_count": s["expirations"],
+                    "expiration_count": s.expirations,
                 }
-                for topic, s in sorted(snap["sow"].items())
+                for topic, s in sorted(snap.sow.items())
             ],
             "topics": [
                 {
                     "id": topic,
-                    "messages_received": t["messages_received"],
+                    "messages_received": t.messages_received,
                     "messages_received_per_sec": rate("topic", topic, "messages_received"),
-                    "messages_delivered": t["messages_delivered"],
+                    "messages_delivered": t.messages_delivered,
                     "messages_delivered_per_sec": rate("topic", topic, "messages_delivered"),
                 }
-                for topic, t in sorted(snap["topics"].items())
+                for topic, t in sorted(snap.topics.items())
             ],
             "actions": [
                 {
                     "id": name,
-                    "runs": a["runs"],
-                    "failures": a["failures"],
-                    **{f"{outcome}_count": n for outcome, n in a["outcomes"].items()},
-                    "running": a["running"],
-                    "last_run_time": "" if a["last_run_start"] is None else format_timestamp(a["last_run_start"]),
-                    "last_run_duration": a["last_run_duration"],
-                    "trigger_failures": a["trigger_failures"],
+                    "runs": a.runs,
+                    "failures": a.failures,
+                    **{f"{outcome}_count": n for outcome, n in counts(a.outcomes)},
+                    "running": a.running,
+                    "last_run_time": "" if a.last_run_start is None else format_timestamp(a.last_run_start),
+                    "last_run_duration": a.last_run_duration,
+                    "trigger_failures": a.trigger_failures,
                 }
-                for name, a in sorted(snap["actions"].items())
+                for name, a in sorted(snap.actions.items())
             ],
             "views": [],
             "queues": [],
             "replication": [],
         }
-        journal = snap["journal"]
+        journal = snap.journal
         if journal is not None:
             instance["transaction_log"] = {
-                "journal_count": journal["files"]["active"],
-                "archived_count": journal["files"]["archived"],
-                "compressed_count": journal["files"]["compressed"],
-                "bytes": journal["bytes"],
-                "last_sequence": journal["last_sequence"],
-                "durable_sequence": journal["durable_sequence"],
-                "records_appended": journal["records_appended"],
-                "replays_active": journal["replays_active"],
-                "disk_full": int(journal.get("disk_full", False)),
-                "damaged_records": journal.get("damaged_records", 0),
-                "damaged_bytes": journal.get("damaged_bytes", 0),
-                "replay_failures": journal.get("replay_failures", 0),
-                "replay_held_bytes": journal.get("replay_held_bytes", 0),
-                "replay_held_peak_bytes": journal.get("replay_held_peak_bytes", 0),
-                "replay_catch_ups": journal.get("replay_catch_ups", 0),
-                "replay_held_offlined": journal.get("replay_held_offlined", 0),
-                "write_latency": _histogram_tree(journal["fsync"]),
+                "journal_count": journal.files.active,
+                "archived_count": journal.files.archived,
+                "compressed_count": journal.files.compressed,
+                "bytes": journal.bytes,
+                "last_sequence": journal.last_sequence,
+                "durable_sequence": journal.durable_sequence,
+                "records_appended": journal.records_appended,
+                "replays_active": journal.replays_active,
+                "disk_full": int(journal.disk_full),
+                "damaged_records": journal.damaged_records,
+                "damaged_bytes": journal.damaged_bytes,
+                "replay_failures": journal.replay_failures,
+                "replay_held_bytes": journal.replay_held_bytes,
+                "replay_held_peak_bytes": journal.replay_held_peak_bytes,
+                "replay_catch_ups": journal.replay_catch_ups,
+                "replay_held_offlined": journal.replay_held_offlined,
+                "write_latency": _histogram_tree(journal.fsync),
             }
         return instance
 
 
-def _client_flows(flows: dict[Any, float], clients: list[Any]) -> None:
+def _client_flows(flows: dict[Any, float], clients: Sequence[ClientStats]) -> None:
     for c in clients:
-        for field in ("messages_in", "messages_out", "bytes_in", "bytes_out"):
-            flows[("client", c["id"], field)] = c[field]
+        flows[("client", c.id, "messages_in")] = c.messages_in
+        flows[("client", c.id, "messages_out")] = c.messages_out
+        flows[("client", c.id, "bytes_in")] = c.bytes_in
+        flows[("client", c.id, "bytes_out")] = c.bytes_out
 
 
-def _client_row(c: Any, rate: Callable[..., float]) -> dict[str, Any]:
+def _client_row(c: ClientStats, rate: Callable[..., float]) -> dict[str, Any]:
     """One client's element of ``/amps/instance/clients`` (unrendered values)."""
     return {
-        "id": c["id"],
-        "client_name": c["client_name"],
-        "remote_address": c["remote"],
-        "connect_time": format_timestamp(c["connected_at"]),
-        "messages_in": c["messages_in"],
-        "messages_in_per_sec": rate("client", c["id"], "messages_in"),
-        "messages_out": c["messages_out"],
-        "messages_out_per_sec": rate("client", c["id"], "messages_out"),
-        "bytes_in": c["bytes_in"],
-        "bytes_in_per_sec": rate("client", c["id"], "bytes_in"),
-        "bytes_out": c["bytes_out"],
-        "bytes_out_per_sec": rate("client", c["id"], "bytes_out"),
-        "subscription_count": c["subscriptions"],
-        "queued_bytes_out": c["queued_bytes"],
+        "id": c.id,
+        "client_name": c.client_name,
+        "remote_address": c.remote,
+        "connect_time": format_timestamp(c.connected_at),
+        "messages_in": c.messages_in,
+        "messages_in_per_sec": rate("client", c.id, "messages_in"),
+        "messages_out": c.messages_out,
+        "messages_out_per_sec": rate("client", c.id, "messages_out"),
+        "bytes_in": c.bytes_in,
+        "bytes_in_per_sec": rate("client", c.id, "bytes_in"),
+        "bytes_out": c.bytes_out,
+        "bytes_out_per_sec": rate("client", c.id, "bytes_out"),
+        "subscription_count": c.subscriptions,
+        "queued_bytes_out": c.queued_bytes,
         # Not measured yet; present (as 0) because 60East's exporter reads them.
         "queue_depth_out": 0,
         "queue_max_latency": 0,

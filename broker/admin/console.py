@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from broker.stats.snapshot import BrokerSnapshot
+from broker.stats.snapshot import BrokerSnapshot, TopicFlow
 
 __all__ = ["ConsoleView", "WebSocketEndpoint"]
 
@@ -19,6 +19,9 @@ __all__ = ["ConsoleView", "WebSocketEndpoint"]
 SUBSCRIPTIONS_PER_CLIENT = 20
 
 WebSocketEndpoint = Mapping[str, Any]  # {"name": transport name, "port": bound port}
+
+#: The flow of a SOW topic that is not a configured statistics topic (nothing counted under its name).
+_NO_FLOW = TopicFlow()
 
 
 class ConsoleView:
@@ -47,54 +50,57 @@ class ConsoleView:
             return max(0.0, (now - before) / seconds)
 
         before = previous[1] if previous is not None else None
-        counters = snapshot["counters"]
-        old_counters = before["counters"] if before is not None else None
-        old_topics = before["topics"] if before is not None else {}
-        names = sorted(set(snapshot["topics"]) | set(snapshot["sow"]))
+        counters = snapshot.counters
+        old_counters = before.counters if before is not None else None
+        old_topics = before.topics if before is not None else {}
+        names = sorted(set(snapshot.topics) | set(snapshot.sow))
         topics = []
         for name in names:
-            flow = snapshot["topics"].get(name, {"messages_received": 0, "messages_delivered": 0})
+            flow = snapshot.topics.get(name, _NO_FLOW)
             old = old_topics.get(name)
-            sow = snapshot["sow"].get(name)
+            sow = snapshot.sow.get(name)
             topics.append({
                 "name": name,
-                "sow_records": sow["records"] if sow is not None else None,
-                "messages_received": flow["messages_received"],
-                "messages_delivered": flow["messages_delivered"],
-                "in_per_sec": rate(flow["messages_received"], old["messages_received"] if old else None),
-                "out_per_sec": rate(flow["messages_delivered"], old["messages_delivered"] if old else None),
+                "sow_records": sow.records if sow is not None else None,
+                "messages_received": flow.messages_received,
+                "messages_delivered": flow.messages_delivered,
+                "in_per_sec": rate(flow.messages_received, old.messages_received if old else None),
+                "out_per_sec": rate(flow.messages_delivered, old.messages_delivered if old else None),
             })
         subscriptions: dict[str, list[dict[str, str]]] = {}
-        for sub in snapshot.get("subscription_details", []):
-            listed = subscriptions.setdefault(sub["client"], [])
+        for sub in snapshot.subscription_details:
+            listed = subscriptions.setdefault(sub.client, [])
             if len(listed) < SUBSCRIPTIONS_PER_CLIENT:
-                listed.append({k: sub[k] for k in ("sub_id", "topic", "filter", "kind")})
+                listed.append({"sub_id": sub.sub_id, "topic": sub.topic, "filter": sub.filter, "kind": sub.kind})
         clients = [{
-            "id": c["id"], "name": c["client_name"], "remote": c["remote"], "connected_at": c["connected_at"],
-            "messages_in": c["messages_in"], "messages_out": c["messages_out"], "queued_bytes": c["queued_bytes"],
-            "subscription_count": c["subscriptions"], "subscriptions": subscriptions.get(c["id"], []),
-        } for c in sorted(snapshot["clients"], key=lambda c: c["connected_at"])]
-        journal = snapshot["journal"]
-        actions = [{"name": name, "runs": a["runs"], "failures": a["failures"], "running": a["running"],
-                    "last_run_start": a["last_run_start"], "last_run_duration": a["last_run_duration"]} for name, a in sorted(snapshot["actions"].items())]
+            "id": c.id, "name": c.client_name, "remote": c.remote, "connected_at": c.connected_at,
+            "messages_in": c.messages_in, "messages_out": c.messages_out, "queued_bytes": c.queued_bytes,
+            "subscription_count": c.subscriptions, "subscriptions": subscriptions.get(c.id, []),
+        } for c in sorted(snapshot.clients, key=lambda c: c.connected_at)]
+        journal = snapshot.journal
+        actions = [{"name": name, "runs": a.runs, "failures": a.failures, "running": a.running,
+                    "last_run_start": a.last_run_start, "last_run_duration": a.last_run_duration}
+                   for name, a in sorted(snapshot.actions.items())]
+        info = snapshot.instance
         return {
-            "instance": snapshot["instance"],
+            "instance": {"name": info.name, "version": info.version, "start_time": info.start_time,
+                         "config_path": info.config_path, "pid": info.pid},
             "taken_at": taken_at,
             "interval": seconds or None,
             "totals": {
-                "messages_in": counters["messages_received"], "messages_out": counters["messages_delivered"],
-                "in_per_sec": rate(counters["messages_received"],
-                                   old_counters["messages_received"] if old_counters else None),
-                "out_per_sec": rate(counters["messages_delivered"],
-                                    old_counters["messages_delivered"] if old_counters else None),
-                "clients": len(snapshot["clients"]),
+                "messages_in": counters.messages_received, "messages_out": counters.messages_delivered,
+                "in_per_sec": rate(counters.messages_received,
+                                   old_counters.messages_received if old_counters else None),
+                "out_per_sec": rate(counters.messages_delivered,
+                                    old_counters.messages_delivered if old_counters else None),
+                "clients": len(snapshot.clients),
             },
             "topics": topics,
             "clients": clients,
             "journal": None if journal is None else {
-                "last_sequence": journal["last_sequence"], "durable_sequence": journal["durable_sequence"],
-                "bytes": journal["bytes"], "disk_full": journal["disk_full"],
-                "files": journal.get("file_list", []),
+                "last_sequence": journal.last_sequence, "durable_sequence": journal.durable_sequence,
+                "bytes": journal.bytes, "disk_full": journal.disk_full,
+                "files": [{"name": f.name, "state": f.state, "size": f.size} for f in journal.file_list],
             },
             "actions": actions,
             "websockets": [dict(w) for w in self.websockets],

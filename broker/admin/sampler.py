@@ -6,7 +6,7 @@ sampler takes a sample when the server starts (on the first request at the lates
 interval; a sample that fails is logged and answered as a 500 until the next one succeeds.
 
 The source may be a plain function (a synthetic source in tests) or a coroutine function: the kernel's
-:meth:`~broker.server.kernel.Kernel.sample_statistics` builds the per-client rows in slices with a trio
+:meth:`~broker.server.kernel.Broker.sample_statistics` builds the per-client rows in slices with a trio
 checkpoint between them, so taking a sample never holds the event loop for long.
 """
 

@@ -48,6 +48,28 @@ from broker.sow.keys import KeySpec
 from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
 from broker.stats.histogram import Histogram
+from broker.stats.snapshot import (
+    ActionStats,
+    BrokerSnapshot,
+    ClientStats,
+    ConnectionsClosed,
+    Counters,
+    FilterErrors,
+    HistogramSnapshot,
+    InstanceInfo,
+    JournalFileInfo,
+    JournalFiles,
+    JournalStats,
+    MemoryStats,
+    OofTotals,
+    PaginationStats,
+    PublishesRefused,
+    SecurityRefusals,
+    SowTopicStats,
+    SubscriptionCounts,
+    SubscriptionInfo,
+    TopicFlow,
+)
 from broker.txlog import JournalWriter
 
 try:
@@ -524,7 +546,7 @@ class Broker:
                             "the journal", path, exc)
 
     # -- statistics ----------------------------------------------------------------------------------
-    async def sample_statistics(self) -> dict[str, Any]:
+    async def sample_statistics(self) -> BrokerSnapshot:
         """:meth:`statistics`, with the per-client rows built :data:`STATISTICS_SLICE` sessions at a time and
         a trio checkpoint between slices, so a sample over 10,000 clients never holds the event loop for
         more than a few milliseconds (the Admin server samples once per ``<Admin><Interval>``)."""
@@ -534,13 +556,13 @@ class Broker:
             per_client.update(s.client for s in subscriptions[start:start + STATISTICS_SLICE * 10])
             await trio.sleep(0)
         sessions = list(self.sessions)
-        clients: list[dict[str, Any]] = []
+        clients: list[ClientStats] = []
         for start in range(0, len(sessions), STATISTICS_SLICE):
             clients.extend(_client_row(s, per_client[s]) for s in sessions[start:start + STATISTICS_SLICE])
             await trio.sleep(0)
         return self.statistics(clients=clients)
 
-    def statistics(self, *, clients: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def statistics(self, *, clients: list[ClientStats] | None = None) -> BrokerSnapshot:
         """A snapshot of every counter (the contract in :mod:`broker.stats.snapshot`).
 
         Args:
@@ -548,75 +570,70 @@ class Broker:
                 each session's own ``statistics()``.
         """
         c = self.engine.counters
-        journal = None
-        if self.journal is not None:
-            js = self.journal.statistics()
-            files = {"active": 0, "archived": 0, "compressed": 0}
-            for state, n in js.files.items():
-                files["compressed" if "compress" in state else "archived" if "archiv" in state else "active"] += n
-            journal = {
-                "files": files,
-                "bytes": js.bytes_on_disk,
-                "last_sequence": js.last_sequence,
-                "durable_sequence": js.durable_sequence,
-                "fsync": {"buckets": list(js.fsync_buckets), "sum": js.fsync_seconds_sum, "count": js.fsync_count},
-                "replays_active": self.replays_active,
-                "records_appended": js.appended_records,
-                "disk_full": self.journal_disk_full,
-                "damaged_records": getattr(js, "damaged_records", 0),
-                "damaged_bytes": getattr(js, "damaged_bytes", 0),
-                "replay_failures": self.counters.replay_failures,
-                "replay_held_bytes": self.counters.replay_held_bytes,
-                "replay_held_peak_bytes": self.counters.replay_held_peak_bytes,
-                "replay_catch_ups": self.counters.replay_catch_ups,
-                "replay_held_offlined": self.counters.replay_held_offlined,
-                "file_list": [{"name": jf.path.name, "state": jf.state.value, "size": jf.size}
-                              for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]],
-            }
+        own = self.counters
         sessions = list(self.sessions)
-        windows = self.engine.router.windows.statistics()
-        details = [{"client": getattr(sub.client, "id", ""), "sub_id": sub.sub_id, "topic": sub.topic.text,
-                    "filter": sub.filter_text, "kind": sub.kind}
-                   for sub in itertools.islice(self.engine.router.subscriptions(), SUBSCRIPTION_DETAILS)]
-        return {
-            "instance": {"name": self.config.name, "version": __version__, "start_time": self.start_time,
-                         "config_path": self.config.source, "pid": os.getpid()},
-            "counters": {
-                "messages_received": c.messages_received, "messages_delivered": c.messages_delivered,
-                "bytes_in": self.counters.bytes_in,
-                "bytes_out": sum(s.outbound.bytes_out for s in sessions) + self.counters.bytes_out_closed,
-                "client_disconnects": self.counters.client_disconnects,
-                "slow_client_disconnects": self.counters.slow_client_disconnects,
-                "protocol_errors": self.counters.protocol_errors,
-                "commands_failed": self.counters.commands_failed,
-                "publishes_refused": {"journal": self.counters.publishes_refused_journal,
-                                      "storage": self.counters.publishes_refused_storage},
-                "sequence_jumps_refused": self.counters.sequence_jumps_refused,
-                "filter_errors": {"evaluation": self.filter_errors.evaluation_errors,
-                                  "function": self.filter_errors.function_errors},
-                "connections_closed": {"logon_timeout": self.counters.logon_timeouts,
-                                       "idle_timeout": self.counters.idle_timeouts,
-                                       "duplicate_name": self.counters.duplicate_name_disconnects,
-                                       "logons_refused": self.counters.logons_refused_disconnects,
-                                       "entitlement_change": self.counters.entitlement_change_disconnects},
-                "security_refusals": dict(self.security.statistics()),
-                "memory": {"limit": self.memory.limit, "input_bytes": self.memory.input,
-                           "output_bytes": self.memory.output, "frames_refused": self.memory.refused_frames,
-                           "consumers_offlined": self.memory.offlined_consumers},
-            },
-            "clients": clients if clients is not None else [s.statistics() for s in sessions],
-            "topics": {name: {"messages_received": v.received, "messages_delivered": v.delivered}
-                       for name, v in c.topics.items()},
-            "subscriptions": self.engine.router.count_by_kind(),
-            "subscription_details": details,
-            "pagination": {"paginated_subscriptions": windows["paginated_subscriptions"],
-                           "result_sets": windows["result_sets"], "result_set_entries": windows["result_set_entries"]},
-            "sow": {name: t.statistics() for name, t in self.engine.sow_topics.items()},
-            "oof": {"match": c.oof.match, "deleted": c.oof.deleted, "expired": c.oof.expired},
-            "latency": self.latency.snapshot(),
-            "journal": journal,
-            "actions": self.actions.statistics(),
-        }
+        details = tuple(SubscriptionInfo(getattr(sub.client, "id", ""), sub.sub_id, sub.topic.text, sub.filter_text,
+                                         sub.kind)
+                        for sub in itertools.islice(self.engine.router.subscriptions(), SUBSCRIPTION_DETAILS))
+        memory = self.memory
+        return BrokerSnapshot(
+            instance=InstanceInfo(self.config.name, __version__, self.start_time, self.config.source, os.getpid()),
+            counters=Counters(
+                messages_received=c.messages_received, messages_delivered=c.messages_delivered,
+                bytes_in=own.bytes_in,
+                bytes_out=sum(s.outbound.bytes_out for s in sessions) + own.bytes_out_closed,
+                client_disconnects=own.client_disconnects, slow_client_disconnects=own.slow_client_disconnects,
+                protocol_errors=own.protocol_errors, commands_failed=own.commands_failed,
+                publishes_refused=PublishesRefused(own.publishes_refused_journal, own.publishes_refused_storage),
+                sequence_jumps_refused=own.sequence_jumps_refused,
+                filter_errors=FilterErrors(self.filter_errors.evaluation_errors, self.filter_errors.function_errors),
+                connections_closed=ConnectionsClosed(own.logon_timeouts, own.idle_timeouts,
+                                                     own.duplicate_name_disconnects, own.logons_refused_disconnects,
+                                                     own.entitlement_change_disconnects),
+                security_refusals=SecurityRefusals(**self.security.statistics()),
+                memory=MemoryStats(memory.limit, memory.input, memory.output, memory.refused_frames,
+                                   memory.offlined_consumers),
+            ),
+            clients=tuple(clients if clients is not None else (s.statistics() for s in sessions)),
+            topics={name: TopicFlow(v.received, v.delivered) for name, v in c.topics.items()},
+            subscriptions=SubscriptionCounts(**self.engine.router.count_by_kind()),
+            subscription_details=details,
+            pagination=PaginationStats(**self.engine.router.windows.statistics()),
+            sow={name: SowTopicStats(**t.statistics()) for name, t in self.engine.sow_topics.items()},
+            oof=OofTotals(c.oof.match, c.oof.deleted, c.oof.expired),
+            latency=self.latency.snapshot(),
+            journal=self._journal_statistics(),
+            actions={name: ActionStats.from_runtime(a) for name, a in self.actions.statistics().items()},
+        )
+
+    def _journal_statistics(self) -> JournalStats | None:
+        """The transaction log's part of :meth:`statistics` (``None`` without one)."""
+        if self.journal is None:
+            return None
+        js = self.journal.statistics()
+        files = {"active": 0, "archived": 0, "compressed": 0}
+        for state, n in js.files.items():
+            files["compressed" if "compress" in state else "archived" if "archiv" in state else "active"] += n
+        own = self.counters
+        return JournalStats(
+            files=JournalFiles(**files),
+            bytes=js.bytes_on_disk,
+            last_sequence=js.last_sequence,
+            durable_sequence=js.durable_sequence,
+            fsync=HistogramSnapshot(tuple(js.fsync_buckets), js.fsync_seconds_sum, js.fsync_count),
+            replays_active=self.replays_active,
+            records_appended=js.appended_records,
+            disk_full=self.journal_disk_full,
+            damaged_records=js.damaged_records,
+            damaged_bytes=js.damaged_bytes,
+            replay_failures=own.replay_failures,
+            replay_held_bytes=own.replay_held_bytes,
+            replay_held_peak_bytes=own.replay_held_peak_bytes,
+            replay_catch_ups=own.replay_catch_ups,
+            replay_held_offlined=own.replay_held_offlined,
+            file_list=tuple(JournalFileInfo(jf.path.name, jf.state.value, jf.size)
+                            for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]),
+        )
 
     async def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                                  *, delta: bool = False) -> None:
@@ -626,13 +643,9 @@ class Broker:
         await start_bookmark_subscription(self, session, header, acks, delta=delta)
 
 
-def _client_row(session: Any, subscriptions: int) -> dict[str, Any]:
+def _client_row(session: Any, subscriptions: int) -> ClientStats:
     """One client's statistics row (what ``Session.statistics()`` returns) with its subscription count
     counted once for all clients by the caller instead of one pass over every subscription per client."""
     out = session.outbound
-    return {
-        "id": session.id, "client_name": session.name, "remote": session.remote,
-        "connected_at": session.connected_at, "messages_in": session.messages_in,
-        "messages_out": session.messages_out, "bytes_in": session.bytes_in, "bytes_out": out.bytes_out,
-        "subscriptions": subscriptions, "queued_bytes": out.size,
-    }
+    return ClientStats(session.id, session.name, session.remote, session.connected_at, session.messages_in,
+                       session.messages_out, session.bytes_in, out.bytes_out, subscriptions, out.size)

@@ -34,6 +34,7 @@ from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Outbound, SlowClient
 from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import read_some, socket_fd
+from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
 
 if TYPE_CHECKING:
@@ -793,16 +794,11 @@ class Session:
             self.ack(header, acks, "persisted")
         self.ack(header, acks, "processed")
 
-    def statistics(self) -> dict[str, Any]:
-        """This client's counters."""
-        return {
-            "id": self.id, "client_name": self.name, "remote": self.remote,
-            "connected_at": self.connected_at, "messages_in": self.messages_in,
-            "messages_out": self.messages_out, "bytes_in": self.bytes_in,
-            "bytes_out": self.outbound.bytes_out,
-            "subscriptions": sum(1 for s in self.engine.router.subscriptions() if s.client is self),
-            "queued_bytes": self.outbound.size,
-        }
+    def statistics(self) -> ClientStats:
+        """This client's counters (its row of the statistics snapshot, :mod:`broker.stats.snapshot`)."""
+        return ClientStats(self.id, self.name, self.remote, self.connected_at, self.messages_in, self.messages_out,
+                           self.bytes_in, self.outbound.bytes_out,
+                           sum(1 for s in self.engine.router.subscriptions() if s.client is self), self.outbound.size)
 
 
 #: Commands that need the write entitlement of their topic, and those that need read.

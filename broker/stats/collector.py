@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -27,7 +28,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from broker.stats.snapshot import ActionStats, BrokerSnapshot, HistogramSnapshot
+from broker.stats.snapshot import ActionStats, BrokerSnapshot, HistogramSnapshot, counts
 
 __all__ = ["METRICS", "BrokerCollector", "MetricSpec", "make_registry"]
 
@@ -202,19 +203,37 @@ def _labelled(name: str, values: Iterable[tuple[str, float]]) -> Metric:
 
 def _histogram(name: str, snapshot: HistogramSnapshot) -> Metric:
     buckets: list[tuple[str, float]] = []
-    for bound, count in snapshot["buckets"]:
+    for bound, count in snapshot.buckets:
         buckets.append((floatToGoString(bound), count))
-    if not buckets or not math.isinf(snapshot["buckets"][-1][0]):
-        buckets.append(("+Inf", snapshot["count"]))  # Prometheus requires the +Inf bucket
+    if not buckets or not math.isinf(snapshot.buckets[-1][0]):
+        buckets.append(("+Inf", snapshot.count))  # Prometheus requires the +Inf bucket
     family = _family(name)
-    family.add_metric([], buckets, sum_value=snapshot["sum"])
+    family.add_metric([], buckets, sum_value=snapshot.sum)
     return family
 
 
-def _column(rows: Mapping[str, Mapping[str, int]], key: str, default: int | None = None) -> list[tuple[str, float]]:
-    if default is not None:  # a field newer than some snapshot sources
-        return [(label, row.get(key, default)) for label, row in sorted(rows.items())]
-    return [(label, row[key]) for label, row in sorted(rows.items())]
+def _column(rows: Mapping[str, Any], attribute: str) -> list[tuple[str, float]]:
+    """One attribute of every row, labelled by the row's name (sorted): a per-topic or per-action family."""
+    return [(label, getattr(row, attribute)) for label, row in sorted(rows.items())]
+
+
+#: The transaction log's families, in exposition order: (metric, :class:`JournalStats` attribute).
+_JOURNAL_SCALARS: tuple[tuple[str, str], ...] = (
+    ("broker_journal_bytes", "bytes"),
+    ("broker_journal_last_sequence", "last_sequence"),
+    ("broker_journal_durable_sequence", "durable_sequence"),
+    ("broker_journal_records_appended_total", "records_appended"),
+    ("broker_journal_fsync_seconds", "fsync"),
+    ("broker_replays_active", "replays_active"),
+    ("broker_journal_disk_full", "disk_full"),  # 1 or 0
+    ("broker_journal_damaged_records_total", "damaged_records"),
+    ("broker_journal_damaged_bytes_total", "damaged_bytes"),
+    ("broker_replay_failures_total", "replay_failures"),
+    ("broker_replay_held_bytes", "replay_held_bytes"),
+    ("broker_replay_held_peak_bytes", "replay_held_peak_bytes"),
+    ("broker_replay_catch_ups_total", "replay_catch_ups"),
+    ("broker_replay_held_offlined_total", "replay_held_offlined"),
+)
 
 
 class BrokerCollector(Collector):
@@ -238,100 +257,84 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Take one snapshot and yield every family (the journal ones only when a journal exists)."""
         snap = self._source()
-        instance = snap["instance"]
-        counters = snap["counters"]
+        instance = snap.instance
+        counters = snap.counters
 
         info = _family("broker_instance_info")
-        info.add_metric([], {"name": instance["name"], "version": instance["version"]})
+        info.add_metric([], {"name": instance.name, "version": instance.version})
         yield info
-        yield _scalar("broker_uptime_seconds", max(0.0, self._clock() - instance["start_time"]))
+        yield _scalar("broker_uptime_seconds", max(0.0, self._clock() - instance.start_time))
 
-        yield _scalar("broker_messages_received_total", counters["messages_received"])
-        yield _scalar("broker_messages_delivered_total", counters["messages_delivered"])
-        yield _labelled("broker_topic_messages_received_total", _column(snap["topics"], "messages_received"))
-        yield _labelled(
-            "broker_topic_messages_delivered_total", _column(snap["topics"], "messages_delivered")
-        )
-        yield _scalar("broker_bytes_received_total", counters["bytes_in"])
-        yield _scalar("broker_bytes_sent_total", counters["bytes_out"])
-        yield _histogram("broker_delivery_latency_seconds", snap["latency"])
+        yield _scalar("broker_messages_received_total", counters.messages_received)
+        yield _scalar("broker_messages_delivered_total", counters.messages_delivered)
+        yield _labelled("broker_topic_messages_received_total", _column(snap.topics, "messages_received"))
+        yield _labelled("broker_topic_messages_delivered_total", _column(snap.topics, "messages_delivered"))
+        yield _scalar("broker_bytes_received_total", counters.bytes_in)
+        yield _scalar("broker_bytes_sent_total", counters.bytes_out)
+        yield _histogram("broker_delivery_latency_seconds", snap.latency)
 
-        clients = snap["clients"]
+        clients = snap.clients
         yield _scalar("broker_clients_connected", len(clients))
-        yield _scalar("broker_client_queued_bytes", sum(c["queued_bytes"] for c in clients))
-        yield _scalar("broker_client_disconnects_total", counters["client_disconnects"])
-        yield _scalar("broker_slow_client_disconnects_total", counters["slow_client_disconnects"])
-        yield _scalar("broker_protocol_errors_total", counters["protocol_errors"])
-        yield _scalar("broker_commands_failed_total", counters["commands_failed"])
-        refused = counters.get("publishes_refused", {})
+        yield _scalar("broker_client_queued_bytes", sum(c.queued_bytes for c in clients))
+        yield _scalar("broker_client_disconnects_total", counters.client_disconnects)
+        yield _scalar("broker_slow_client_disconnects_total", counters.slow_client_disconnects)
+        yield _scalar("broker_protocol_errors_total", counters.protocol_errors)
+        yield _scalar("broker_commands_failed_total", counters.commands_failed)
+        refused = counters.publishes_refused
         yield _labelled("broker_publishes_refused_total",
-                        [("journal_full", refused.get("journal", 0)), ("storage_failed", refused.get("storage", 0))])
-        yield _scalar("broker_sequence_jumps_refused_total", counters.get("sequence_jumps_refused", 0))
-        filter_errors = counters.get("filter_errors", {})
-        yield _labelled("broker_filter_errors_total",
-                        [("evaluation", filter_errors.get("evaluation", 0)), ("function", filter_errors.get("function", 0))])
-        memory = counters.get("memory", {})
-        yield _labelled("broker_client_buffered_bytes",
-                        [("input", memory.get("input_bytes", 0)), ("output", memory.get("output_bytes", 0))])
-        yield _scalar("broker_client_memory_limit_bytes", memory.get("limit", 0))
+                        [("journal_full", refused.journal), ("storage_failed", refused.storage)])
+        yield _scalar("broker_sequence_jumps_refused_total", counters.sequence_jumps_refused)
+        yield _labelled("broker_filter_errors_total", counts(counters.filter_errors))
+        memory = counters.memory
+        yield _labelled("broker_client_buffered_bytes", [("input", memory.input_bytes), ("output", memory.output_bytes)])
+        yield _scalar("broker_client_memory_limit_bytes", memory.limit)
         yield _labelled("broker_memory_limit_refusals_total",
-                        [("consumer_offlined", memory.get("consumers_offlined", 0)),
-                         ("frame_refused", memory.get("frames_refused", 0))])
-        yield _labelled("broker_connections_closed_total",
-                        sorted(counters.get("connections_closed", {}).items()))
-        yield _labelled("broker_security_refusals_total", sorted(counters.get("security_refusals", {}).items()))
-        yield _labelled("broker_subscriptions", sorted(snap["subscriptions"].items()))
-        pagination = snap["pagination"]
-        yield _scalar("broker_paginated_subscriptions", pagination["paginated_subscriptions"])
-        yield _scalar("broker_pagination_result_sets", pagination["result_sets"])
-        yield _scalar("broker_pagination_result_set_entries", pagination["result_set_entries"])
+                        [("consumer_offlined", memory.consumers_offlined), ("frame_refused", memory.frames_refused)])
+        yield _labelled("broker_connections_closed_total", sorted(counts(counters.connections_closed)))
+        yield _labelled("broker_security_refusals_total", sorted(counts(counters.security_refusals)))
+        yield _labelled("broker_subscriptions", sorted(counts(snap.subscriptions)))
+        pagination = snap.pagination
+        yield _scalar("broker_paginated_subscriptions", pagination.paginated_subscriptions)
+        yield _scalar("broker_pagination_result_sets", pagination.result_sets)
+        yield _scalar("broker_pagination_result_set_entries", pagination.result_set_entries)
 
-        sow = snap["sow"]
+        sow = snap.sow
         yield _labelled("broker_sow_records", _column(sow, "records"))
         yield _labelled("broker_sow_inserts_total", _column(sow, "inserts"))
         yield _labelled("broker_sow_updates_total", _column(sow, "updates"))
         yield _labelled("broker_sow_deletes_total", _column(sow, "deletes"))
         yield _labelled("broker_sow_queries_total", _column(sow, "queries"))
-        yield _labelled("broker_sow_history_versions_total", _column(sow, "history_versions_written", default=0))
-        yield _labelled("broker_sow_history_pruned_total", _column(sow, "history_pruned", default=0))
-        yield _labelled("broker_sow_historical_queries_total", _column(sow, "historical_queries", default=0))
+        yield _labelled("broker_sow_history_versions_total", _column(sow, "history_versions_written"))
+        yield _labelled("broker_sow_history_pruned_total", _column(sow, "history_pruned"))
+        yield _labelled("broker_sow_historical_queries_total", _column(sow, "historical_queries"))
         yield _labelled("broker_sow_expirations_total", _column(sow, "expirations"))
-        yield _labelled("broker_oof_total", sorted(snap["oof"].items()))
+        yield _labelled("broker_oof_total", sorted(counts(snap.oof)))
 
-        journal = snap["journal"]
+        journal = snap.journal
         if journal is not None:
-            yield _labelled("broker_journal_files", sorted(journal["files"].items()))
-            yield _scalar("broker_journal_bytes", journal["bytes"])
-            yield _scalar("broker_journal_last_sequence", journal["last_sequence"])
-            yield _scalar("broker_journal_durable_sequence", journal["durable_sequence"])
-            yield _scalar("broker_journal_records_appended_total", journal["records_appended"])
-            yield _histogram("broker_journal_fsync_seconds", journal["fsync"])
-            yield _scalar("broker_replays_active", journal["replays_active"])
-            yield _scalar("broker_journal_disk_full", float(journal.get("disk_full", False)))
-            yield _scalar("broker_journal_damaged_records_total", journal.get("damaged_records", 0))
-            yield _scalar("broker_journal_damaged_bytes_total", journal.get("damaged_bytes", 0))
-            yield _scalar("broker_replay_failures_total", journal.get("replay_failures", 0))
-            yield _scalar("broker_replay_held_bytes", journal.get("replay_held_bytes", 0))
-            yield _scalar("broker_replay_held_peak_bytes", journal.get("replay_held_peak_bytes", 0))
-            yield _scalar("broker_replay_catch_ups_total", journal.get("replay_catch_ups", 0))
-            yield _scalar("broker_replay_held_offlined_total", journal.get("replay_held_offlined", 0))
+            yield _labelled("broker_journal_files", sorted(counts(journal.files)))
+            for name, attribute in _JOURNAL_SCALARS:
+                if attribute == "fsync":
+                    yield _histogram(name, journal.fsync)
+                else:
+                    yield _scalar(name, float(getattr(journal, attribute)))
 
-        yield from _action_families(snap["actions"])
+        yield from _action_families(snap.actions)
 
 
 def _action_families(actions: Mapping[str, ActionStats]) -> Iterator[Metric]:
+    ordered = sorted(actions.items())
     runs = _family("broker_action_runs_total")
-    for name, a in sorted(actions.items()):
-        for outcome, count in a["outcomes"].items():
+    for name, a in ordered:
+        for outcome, count in counts(a.outcomes):
             runs.add_metric([name, outcome], count)
     yield runs
     yield _labelled("broker_action_failures_total", _column(actions, "failures"))
-    yield _labelled("broker_action_running", [(n, float(a["running"])) for n, a in sorted(actions.items())])
+    yield _labelled("broker_action_running", [(n, float(a.running)) for n, a in ordered])
     yield _labelled("broker_action_last_run_timestamp_seconds",
-                    [(n, a["last_run_start"]) for n, a in sorted(actions.items()) if a["last_run_start"] is not None])
+                    [(n, a.last_run_start) for n, a in ordered if a.last_run_start is not None])
     yield _labelled("broker_action_last_run_duration_seconds",
-                    [(n, a["last_run_duration"]) for n, a in sorted(actions.items())
-                     if a["last_run_duration"] is not None])
+                    [(n, a.last_run_duration) for n, a in ordered if a.last_run_duration is not None])
     yield _labelled("broker_action_trigger_failures_total", _column(actions, "trigger_failures"))
 
 

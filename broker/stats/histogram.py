@@ -75,7 +75,7 @@ class Histogram:
         """The cumulative counts so far.
 
         Returns:
-            ``{"buckets": [(bound, cumulative_count), ..., (inf, count)], "sum": ..., "count": ...}``.
+            ``buckets`` ``((bound, cumulative_count), ..., (inf, count))``, ``sum`` and ``count``.
         """
         buckets: list[tuple[float, int]] = []
         running = 0
@@ -84,4 +84,4 @@ class Histogram:
             buckets.append((bound, running))
         running += self._counts[-1]
         buckets.append((math.inf, running))
-        return {"buckets": buckets, "sum": self._sum, "count": running}
+        return HistogramSnapshot(tuple(buckets), self._sum, running)

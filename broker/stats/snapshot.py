@@ -1,18 +1,30 @@
-"""The statistics snapshot contract between the broker kernel and its observers.
+"""The statistics snapshot: the one typed value the broker kernel hands to every observer.
 
-The kernel exposes one call, ``statistics() -> BrokerSnapshot``, that returns a fresh, plain-data dict
-(built between two awaits on the engine thread, so it is self-consistent). Everything that reports on
-the broker is a *view* over that dict, built at read time: the Prometheus collector
-(:mod:`broker.stats.collector`) and the ``/amps`` JSON tree of the Admin server
-(:mod:`broker.admin.amps_tree`). Nothing on the hot path knows about either.
+The kernel exposes ``statistics() -> BrokerSnapshot`` (and ``sample_statistics()``, the same built in
+slices), a fresh value made of the dataclasses below, built between two awaits on the engine thread, so
+it is self-consistent. Everything that reports on the broker is a *view* over it: the Prometheus
+collector (:mod:`broker.stats.collector`), the ``/amps`` tree (:mod:`broker.admin.amps_tree`) and the web
+console's JSON (:mod:`broker.admin.console`). Nothing on the hot path knows about any of them.
+
+Why dataclasses rather than the dicts this replaced: a field a view reads but the kernel never fills, or
+a misspelt key, is an ``AttributeError`` (and a type-checker error) at the one place it happens instead of
+a ``KeyError`` at scrape time or a ``.get(..., 0)`` that shows a silent zero forever; and every field is
+listed here once, with its meaning, which ``tests/admin/test_admin_snapshot_fields.py`` checks against
+``docs/metrics.md``.
 
 Rules of the contract:
 
+* Values are frozen (``frozen=True``): the sampler hands one snapshot to every concurrent request, so
+  no view may change it. The rows built once per client, subscription or journal file
+  (:class:`ClientStats`, :class:`SubscriptionInfo`, :class:`JournalFileInfo`) are slotted but not frozen:
+  a frozen dataclass sets each field through ``object.__setattr__``, about four times a dict's cost,
+  which with thousands of clients would make a sample slower than the dicts; views treat them as
+  read-only all the same. Collections are tuples, or dicts keyed by a bounded name.
 * Counters (``*_total`` in Prometheus, ``messages_*``/``bytes_*``/``inserts``... here) only grow for the
   lifetime of the process; gauges (``records``, ``queued_bytes``, ``subscriptions``...) are current values.
 * ``topics`` has bounded cardinality: the kernel reports configured topics by name and folds every other
   topic into the key ``"_other"``. Its keys become Prometheus label values, so it must never grow with
-  client input.
+  client input. The same holds for ``sow`` (configured SOW topics) and ``actions`` (configured actions).
 * Times are epoch seconds (``float``); durations in histograms are seconds.
 * ``journal`` is ``None`` when no ``<TransactionLog>`` is configured.
 
@@ -21,32 +33,50 @@ This module is pure (no trio, no prometheus_client): the kernel imports it.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import time
-from typing import TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "ActionOutcomes",
     "ActionStats",
     "BrokerSnapshot",
     "ClientStats",
+    "ConnectionsClosed",
     "Counters",
+    "FilterErrors",
     "HistogramSnapshot",
     "InstanceInfo",
     "JournalFileInfo",
     "JournalFiles",
     "JournalStats",
-    "OofCounts",
+    "MemoryStats",
+    "OofTotals",
+    "PaginationStats",
+    "PublishesRefused",
+    "SecurityRefusals",
     "SowTopicStats",
     "SubscriptionCounts",
     "SubscriptionInfo",
-    "TopicCounters",
+    "TopicFlow",
+    "counts",
     "empty_histogram_snapshot",
     "empty_snapshot",
 ]
 
 
-class HistogramSnapshot(TypedDict):
+def counts(value: Any) -> list[tuple[str, int]]:
+    """``(field name, value)`` of a counts-by-label record (:class:`OofTotals`, :class:`JournalFiles`...), in
+    declaration order: the label values of one Prometheus family, the ids of one ``/amps`` collection."""
+    return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
     """A cumulative histogram, as :meth:`broker.stats.histogram.Histogram.snapshot` returns it.
 
     Attributes:
@@ -56,12 +86,13 @@ class HistogramSnapshot(TypedDict):
         count: Number of observations (equals the ``inf`` bucket's count).
     """
 
-    buckets: list[tuple[float, int]]
+    buckets: tuple[tuple[float, int], ...]
     sum: float
     count: int
 
 
-class InstanceInfo(TypedDict):
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
     """Who this broker is (``/amps/instance/{name,version,pid,config_path}``)."""
 
     name: str
@@ -71,37 +102,79 @@ class InstanceInfo(TypedDict):
     pid: int
 
 
-class Counters(TypedDict):
-    """Instance-wide cumulative counters."""
+@dataclass(frozen=True, slots=True)
+class PublishesRefused:
+    """Publishes (and sow deletes) refused unapplied, by cause."""
 
-    messages_received: int  # publishes (and delta publishes, sow deletes) accepted from clients
-    messages_delivered: int  # messages written to subscribers (one per matching subscription)
-    bytes_in: int  # bytes read from client sockets
-    bytes_out: int  # bytes written to client sockets
-    client_disconnects: int  # connections closed, for any reason
-    slow_client_disconnects: int  # connections closed because their outbound buffer overflowed
-    protocol_errors: int  # connections closed because of malformed frames
-    commands_failed: int  # commands answered with a failure ack
-    # publishes (and sow deletes) refused unapplied, by cause: "journal" (the transaction log's disk is full),
-    # "storage" (the SOW storage failed to write)
-    publishes_refused: dict[str, int]
+    journal: int = 0  # the transaction log's disk is full ("journal_full")
+    storage: int = 0  # the SOW storage failed to write ("storage_failed")
+
+
+@dataclass(frozen=True, slots=True)
+class FilterErrors:
+    """Content-filter errors, all filters together."""
+
+    evaluation: int = 0  # an evaluation raised on one message (no match for that subscription)
+    function: int = 0  # a plugin filter function raised (its value was NULL)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionsClosed:
+    """Connections the broker closed, by cause."""
+
+    logon_timeout: int = 0  # no logon within <LogonTimeout>
+    idle_timeout: int = 0  # nothing received within <IdleTimeout>
+    duplicate_name: int = 0  # another logon took the name
+    logons_refused: int = 0  # refused logons
+    entitlement_change: int = 0  # an entitlement reload changed the client's entitlements
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityRefusals:
+    """Refusals by the security modules, by what was refused."""
+
+    logon: int = 0
+    read: int = 0
+    write: int = 0
+    replay: int = 0
+    admin: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """``<TotalMessageMemoryLimit>``: the limit, the bytes buffered now, and the refusals at it."""
+
+    limit: int = 0  # bytes; 0: none
+    input_bytes: int = 0  # frames being received
+    output_bytes: int = 0  # outbound queues (and replay-held messages)
+    frames_refused: int = 0  # cumulative
+    consumers_offlined: int = 0  # cumulative
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Instance-wide cumulative counters (and the memory gauges)."""
+
+    messages_received: int = 0  # publishes (and delta publishes, sow deletes) accepted from clients
+    messages_delivered: int = 0  # messages written to subscribers (one per matching subscription)
+    bytes_in: int = 0  # bytes read from client sockets
+    bytes_out: int = 0  # bytes written to client sockets
+    client_disconnects: int = 0  # connections closed, for any reason
+    slow_client_disconnects: int = 0  # connections closed because their outbound buffer overflowed
+    protocol_errors: int = 0  # connections closed because of malformed frames
+    commands_failed: int = 0  # commands answered with a failure ack
+    publishes_refused: PublishesRefused = PublishesRefused()
     # publishes refused because a known publisher's s jumped more than <PublisherSequenceJumpLimit> ahead
-    sequence_jumps_refused: int
-    # content-filter errors, all filters together: "evaluation" (an evaluation raised on one message and
-    # counted as no match for that subscription), "function" (a plugin filter function raised: NULL)
-    filter_errors: dict[str, int]
-    # connections closed by the broker, by cause: "logon_timeout" (no logon within <LogonTimeout>),
-    # "idle_timeout" (nothing received within <IdleTimeout>), "duplicate_name" (another logon took the name)
-    connections_closed: dict[str, int]
-    # refusals by the security modules, by what: "logon", "read", "write", "replay", "admin"
-    security_refusals: dict[str, int]
-    # <TotalMessageMemoryLimit>: "limit", the bytes buffered now ("input_bytes": frames being received,
-    # "output_bytes": outbound queues), and the refusals ("frames_refused", "consumers_offlined")
-    memory: dict[str, int]
+    sequence_jumps_refused: int = 0
+    filter_errors: FilterErrors = FilterErrors()
+    connections_closed: ConnectionsClosed = ConnectionsClosed()
+    security_refusals: SecurityRefusals = SecurityRefusals()
+    memory: MemoryStats = MemoryStats()
 
 
-class ClientStats(TypedDict):
-    """One connected client (``/amps/instance/clients/<id>``)."""
+@dataclass(slots=True)
+class ClientStats:
+    """One connected client (``/amps/instance/clients/<id>``); slotted, not frozen (module docstring)."""
 
     id: str  # connection id, unique for the life of the process
     client_name: str
@@ -115,70 +188,78 @@ class ClientStats(TypedDict):
     queued_bytes: int  # bytes waiting in the client's outbound buffer
 
 
-class TopicCounters(TypedDict):
+@dataclass(frozen=True, slots=True)
+class TopicFlow:
     """Message flow for one configured topic (or ``"_other"``)."""
 
-    messages_received: int
-    messages_delivered: int
+    messages_received: int = 0
+    messages_delivered: int = 0
 
 
-class SubscriptionCounts(TypedDict):
+@dataclass(frozen=True, slots=True)
+class SubscriptionCounts:
     """Current number of subscriptions of each kind."""
 
-    subscribe: int
-    sow_and_subscribe: int
-    bookmark: int
-    delta: int
+    subscribe: int = 0
+    sow_and_subscribe: int = 0
+    bookmark: int = 0
+    delta: int = 0
 
 
-class PaginationStats(TypedDict):
+@dataclass(frozen=True, slots=True)
+class PaginationStats:
     """Paginated sow_and_subscribe (``top_n`` with ``skip_n``): windows and the sorted results they share."""
 
-    paginated_subscriptions: int  # current windows
-    result_sets: int  # sorted result sets, one per distinct (topic, filter, order)
-    result_set_entries: int  # records held in those result sets
+    paginated_subscriptions: int = 0  # current windows
+    result_sets: int = 0  # sorted result sets, one per distinct (topic, filter, order)
+    result_set_entries: int = 0  # records held in those result sets
 
 
-class SowTopicStats(TypedDict):
+@dataclass(frozen=True, slots=True)
+class SowTopicStats:
     """One SOW topic (``/amps/instance/sow/<id>``)."""
 
-    records: int  # current number of records (gauge)
-    inserts: int
-    updates: int
-    deletes: int
-    queries: int
-    expirations: int
-    history_versions_written: int  # versions stored for historical queries (0 without <History>)
-    history_pruned: int  # history entries pruned past the Window
-    historical_queries: int  # point-in-time reads (historical sow, sow_and_subscribe, aggregate)
+    records: int = 0  # current number of records (gauge)
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    queries: int = 0
+    expirations: int = 0
+    history_versions_written: int = 0  # versions stored for historical queries (0 without <History>)
+    history_pruned: int = 0  # history entries pruned past the Window
+    historical_queries: int = 0  # point-in-time reads (historical sow, sow_and_subscribe, aggregate)
 
 
-class OofCounts(TypedDict):
-    """Out-of-focus notifications sent, by reason."""
+@dataclass(frozen=True, slots=True)
+class OofTotals:
+    """Out-of-focus notifications sent, by reason (the engine's :class:`~broker.engine.counters.OofCounts`)."""
 
-    match: int  # a record stopped matching a subscription's filter
-    deleted: int  # a record was deleted
-    expired: int  # a record expired
+    match: int = 0  # a record stopped matching a subscription's filter
+    deleted: int = 0  # a record was deleted
+    expired: int = 0  # a record expired
 
 
-class JournalFiles(TypedDict):
+@dataclass(frozen=True, slots=True)
+class JournalFiles:
     """Journal files by state."""
 
-    active: int
-    archived: int
-    compressed: int
+    active: int = 0
+    archived: int = 0
+    compressed: int = 0
 
 
-class JournalFileInfo(TypedDict):
-    """One journal file (the newest ``JOURNAL_FILES_LISTED`` are listed)."""
+@dataclass(slots=True)
+class JournalFileInfo:
+    """One journal file (the newest ``JOURNAL_FILES_LISTED`` are listed); slotted, not frozen."""
 
     name: str
     state: str  # current, full, preallocated, archived, compressed
     size: int  # bytes on disk
 
 
-class SubscriptionInfo(TypedDict):
-    """One subscription (the first ``SUBSCRIPTION_DETAILS`` are listed): for the web console."""
+@dataclass(slots=True)
+class SubscriptionInfo:
+    """One subscription (the first ``SUBSCRIPTION_DETAILS`` are listed), for the web console; not frozen."""
 
     client: str  # the client's connection id (ClientStats.id)
     sub_id: str
@@ -187,7 +268,8 @@ class SubscriptionInfo(TypedDict):
     kind: str  # subscribe, sow_and_subscribe, bookmark, delta
 
 
-class JournalStats(TypedDict):
+@dataclass(frozen=True, slots=True)
+class JournalStats:
     """The transaction log (``/amps/instance/transaction_log``)."""
 
     files: JournalFiles
@@ -195,55 +277,65 @@ class JournalStats(TypedDict):
     last_sequence: int  # last sequence appended
     durable_sequence: int  # last sequence covered by an fsync
     fsync: HistogramSnapshot  # seconds per fsync
-    replays_active: int  # bookmark replays currently reading the journal
-    records_appended: int  # cumulative
-    disk_full: bool  # the journal cannot be written (disk full): publishes to logged topics are refused
-    damaged_records: int  # cumulative: damaged journal records met (at start-up or by replays)
-    damaged_bytes: int  # cumulative: bytes of those records
-    replay_failures: int  # cumulative: bookmark replays ended by a journal problem (the client was told)
-    replay_held_bytes: int  # live messages held by replaying subscriptions until their cut-over (bytes)
-    replay_held_peak_bytes: int  # the most one replaying subscription held since start (bytes)
-    replay_catch_ups: int  # cumulative: held messages dropped and read back from the journal past the cut-over
-    replay_held_offlined: int  # cumulative: replaying clients offlined because what they held was not journaled
-    file_list: list[JournalFileInfo]  # the newest journal files with their state
+    replays_active: int = 0  # bookmark replays currently reading the journal
+    records_appended: int = 0  # cumulative
+    disk_full: bool = False  # the journal cannot be written (disk full): publishes to logged topics are refused
+    damaged_records: int = 0  # cumulative: damaged journal records met (at start-up or by replays)
+    damaged_bytes: int = 0  # cumulative: bytes of those records
+    replay_failures: int = 0  # cumulative: bookmark replays ended by a journal problem (the client was told)
+    replay_held_bytes: int = 0  # live messages held by replaying subscriptions until their cut-over (bytes)
+    replay_held_peak_bytes: int = 0  # the most one replaying subscription held since start (bytes)
+    replay_catch_ups: int = 0  # cumulative: held messages dropped and read back from the journal
+    replay_held_offlined: int = 0  # cumulative: replaying clients offlined because what they held was not journaled
+    file_list: tuple[JournalFileInfo, ...] = ()  # the newest journal files with their state
 
 
-class ActionOutcomes(TypedDict):
+@dataclass(frozen=True, slots=True)
+class ActionOutcomes:
     """Runs of one action by outcome (cumulative)."""
 
-    success: int  # every step ran
-    failure: int  # a step failed (the later ones were skipped)
-    skipped: int  # an If gate said no
-    busy: int  # fired while still running: this run did not happen
+    success: int = 0  # every step ran
+    failure: int = 0  # a step failed (the later ones were skipped)
+    skipped: int = 0  # an If gate said no
+    busy: int = 0  # fired while still running: this run did not happen
 
 
-class ActionStats(TypedDict):
+@dataclass(frozen=True, slots=True)
+class ActionStats:
     """One configured action (by its name: the first ``On``'s ``Name``, else ``action-<n>``)."""
 
-    runs: int  # runs that happened: success + failure + skipped
-    failures: int  # = outcomes["failure"]
-    outcomes: ActionOutcomes
-    last_run_start: float | None  # epoch seconds; None before the first run
-    last_run_duration: float | None  # seconds
-    running: bool
-    trigger_failures: int  # triggers that crashed after starting (they no longer fire)
+    runs: int = 0  # runs that happened: success + failure + skipped
+    failures: int = 0  # = outcomes.failure
+    outcomes: ActionOutcomes = ActionOutcomes()
+    last_run_start: float | None = None  # epoch seconds; None before the first run
+    last_run_duration: float | None = None  # seconds
+    running: bool = False
+    trigger_failures: int = 0  # triggers that crashed after starting (they no longer fire)
+
+    @classmethod
+    def from_runtime(cls, stats: Mapping[str, Any]) -> ActionStats:
+        """From one action's entry of :meth:`broker.actions.runtime.ActionRuntime.statistics`."""
+        return cls(runs=stats["runs"], failures=stats["failures"], outcomes=ActionOutcomes(**stats["outcomes"]),
+                   last_run_start=stats["last_run_start"], last_run_duration=stats["last_run_duration"],
+                   running=stats["running"], trigger_failures=stats["trigger_failures"])
 
 
-class BrokerSnapshot(TypedDict):
+@dataclass(frozen=True, slots=True)
+class BrokerSnapshot:
     """What ``statistics()`` returns. See the module docstring for the rules."""
 
     instance: InstanceInfo
-    counters: Counters
-    clients: list[ClientStats]
-    topics: dict[str, TopicCounters]
-    subscriptions: SubscriptionCounts
-    subscription_details: list[SubscriptionInfo]
-    pagination: PaginationStats
-    sow: dict[str, SowTopicStats]
-    oof: OofCounts
-    latency: HistogramSnapshot  # publish-to-delivery, seconds
-    journal: JournalStats | None
-    actions: dict[str, ActionStats]
+    counters: Counters = Counters()
+    clients: tuple[ClientStats, ...] = ()
+    topics: Mapping[str, TopicFlow] = field(default_factory=dict)
+    subscriptions: SubscriptionCounts = SubscriptionCounts()
+    subscription_details: tuple[SubscriptionInfo, ...] = ()
+    pagination: PaginationStats = PaginationStats()
+    sow: Mapping[str, SowTopicStats] = field(default_factory=dict)
+    oof: OofTotals = OofTotals()
+    latency: HistogramSnapshot = field(default_factory=lambda: empty_histogram_snapshot())  # publish-to-delivery
+    journal: JournalStats | None = None
+    actions: Mapping[str, ActionStats] = field(default_factory=dict)
 
 
 def empty_histogram_snapshot(bounds: tuple[float, ...] = ()) -> HistogramSnapshot:
@@ -255,13 +347,13 @@ def empty_histogram_snapshot(bounds: tuple[float, ...] = ()) -> HistogramSnapsho
     Returns:
         The snapshot.
     """
-    return {"buckets": [(b, 0) for b in bounds] + [(float("inf"), 0)], "sum": 0.0, "count": 0}
+    return HistogramSnapshot(tuple((b, 0) for b in bounds) + ((math.inf, 0),), 0.0, 0)
 
 
 def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: str = "") -> BrokerSnapshot:
     """A valid snapshot of a broker that has done nothing yet (all counters zero, no journal).
 
-    Useful to start a kernel's statistics from, and in tests.
+    Useful in tests: ``dataclasses.replace`` makes the variations.
 
     Args:
         name: The instance name.
@@ -269,41 +361,6 @@ def empty_snapshot(name: str = "broker", version: str = "0.0.0", config_path: st
         config_path: The configuration file path.
 
     Returns:
-        The snapshot; the caller owns it and may mutate it.
+        The snapshot.
     """
-    return {
-        "instance": {
-            "name": name,
-            "version": version,
-            "start_time": time.time(),
-            "config_path": config_path,
-            "pid": os.getpid(),
-        },
-        "counters": {
-            "messages_received": 0,
-            "messages_delivered": 0,
-            "bytes_in": 0,
-            "bytes_out": 0,
-            "client_disconnects": 0,
-            "slow_client_disconnects": 0,
-            "protocol_errors": 0,
-            "commands_failed": 0,
-            "publishes_refused": {"journal": 0, "storage": 0},
-            "sequence_jumps_refused": 0,
-            "filter_errors": {"evaluation": 0, "function": 0},
-            "connections_closed": {"logon_timeout": 0, "idle_timeout": 0, "duplicate_name": 0},
-            "security_refusals": {"logon": 0, "read": 0, "write": 0, "replay": 0, "admin": 0},
-            "memory": {"limit": 0, "input_bytes": 0, "output_bytes": 0, "frames_refused": 0,
-                       "consumers_offlined": 0},
-        },
-        "clients": [],
-        "topics": {},
-        "subscriptions": {"subscribe": 0, "sow_and_subscribe": 0, "bookmark": 0, "delta": 0},
-        "subscription_details": [],
-        "pagination": {"paginated_subscriptions": 0, "result_sets": 0, "result_set_entries": 0},
-        "sow": {},
-        "oof": {"match": 0, "deleted": 0, "expired": 0},
-        "latency": empty_histogram_snapshot(),
-        "journal": None,
-        "actions": {},
-    }
+    return BrokerSnapshot(InstanceInfo(name, version, time.time(), config_path, os.getpid()))

@@ -128,7 +128,7 @@ async def test_delete_sow_is_a_client_sow_delete_journaled_with_oof(tmp_path: Pa
         assert deleted == {"orders": 2, "orders-eu": 1}
         assert sorted((c, t, r) for c, t, _b, r in client.sent) == [("oof", "orders", "deleted")] * 2
         assert broker.engine.sow_topics["orders"].count() == 2
-        assert broker.statistics()["sow"]["orders"]["deletes"] == 2
+        assert broker.statistics().sow["orders"].deletes == 2
         for bad, says in [(("orders", None, "/status = "), "Filter '/status = ': "),
                           (("nope", None, "1 = 1"), "no SOW topic matches Topic 'nope'; SOW topics: orders (json), "
                                                     "orders-eu (json), quotes (xml)"),
@@ -218,7 +218,7 @@ async def test_graceful_shutdown_runs_the_actions_while_serving_once(tmp_path: P
         await nursery.start(broker.serve)
         await broker.shutdown_actions()  # what the CLI does on SIGTERM, before cancelling
         assert EVENTS == ["shutdown", "at shutdown: {'orders': 0}"]
-        assert broker.statistics()["actions"]["bye"]["runs"] == 1
+        assert broker.statistics().actions["bye"].runs == 1
         nursery.cancel_scope.cancel()
     assert EVENTS == ["shutdown", "at shutdown: {'orders': 0}"]  # not again in serve's finally
 

@@ -7,7 +7,6 @@ launcher ``start(targets) -> PrometheusServer``; every server it starts is kille
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -19,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,16 @@ import trio
 from broker.admin import StatisticsSampler, serve_admin
 from broker.stats import Histogram, empty_snapshot
 from broker.stats.histogram import DEFAULT_FSYNC_BUCKETS
-from broker.stats.snapshot import BrokerSnapshot
+from broker.stats.snapshot import (
+    ActionStats,
+    BrokerSnapshot,
+    ClientStats,
+    JournalFiles,
+    JournalStats,
+    SowTopicStats,
+    SubscriptionCounts,
+    TopicFlow,
+)
 
 # ------------------------------------------------------------------------------------------------
 # A synthetic statistics source
@@ -52,8 +60,9 @@ DELTAS = {
 class SyntheticSource:
     """A ``statistics()`` stand-in whose values change on every call (unless frozen).
 
-    Every snapshot it returns is kept in ``served`` (a deep copy), so a test can compare what a scrape
-    saw with what the source handed out.
+    Every snapshot it returns is kept in ``served``, so a test can compare what a scrape saw with what the
+    source handed out. ``current`` is the snapshot the next call returns (``advance`` first, unless frozen);
+    a test replaces it (``dataclasses.replace``) to set up what it checks.
     """
 
     def __init__(self, *, with_journal: bool = True) -> None:
@@ -63,88 +72,60 @@ class SyntheticSource:
         self.fsync = Histogram(DEFAULT_FSYNC_BUCKETS)
         self.fail_next = False
         snap = empty_snapshot("synthetic", "9.9.9", "/etc/broker/config.xml")
-        snap["instance"]["start_time"] = time.time() - 3725.5  # up 1 h 2 min 5.5 s
-        snap["topics"] = {
-            "orders": {"messages_received": 0, "messages_delivered": 0},
-            "_other": {"messages_received": 0, "messages_delivered": 0},
-        }
-        snap["sow"] = {
-            "orders": {"records": 0, "inserts": 0, "updates": 0, "deletes": 0, "queries": 0, "expirations": 0},
-            "/prices/fx": {
-                "records": 0, "inserts": 0, "updates": 0, "deletes": 0, "queries": 0, "expirations": 0,
-            },
-        }  # fmt: skip
-        snap["actions"] = {
-            "archive-journals": {
-                "runs": 0, "failures": 0, "outcomes": {"success": 0, "failure": 0, "skipped": 0, "busy": 0},
-                "last_run_start": None, "last_run_duration": None, "running": False, "trigger_failures": 0,
-            },
-        }  # fmt: skip
-        if with_journal:
-            snap["journal"] = {
-                "files": {"active": 1, "archived": 0, "compressed": 0},
-                "bytes": 0,
-                "last_sequence": 0,
-                "durable_sequence": 0,
-                "fsync": self.fsync.snapshot(),
-                "replays_active": 0,
-                "records_appended": 0,
-            }
-        self.current: BrokerSnapshot = snap
+        self.current: BrokerSnapshot = replace(
+            snap,
+            instance=replace(snap.instance, start_time=time.time() - 3725.5),  # up 1 h 2 min 5.5 s
+            topics={"orders": TopicFlow(), "_other": TopicFlow()},
+            sow={"orders": SowTopicStats(), "/prices/fx": SowTopicStats()},
+            actions={"archive-journals": ActionStats()},
+            journal=JournalStats(files=JournalFiles(active=1), bytes=0, last_sequence=0, durable_sequence=0,
+                                 fsync=self.fsync.snapshot()) if with_journal else None,
+        )
         self.step = 0
 
     def advance(self) -> None:
         """Move every counter by its known delta and change the gauges."""
         self.step += 1
         s = self.current
-        for key, delta in DELTAS.items():
-            s["counters"][key] += delta  # type: ignore[literal-required]
-        s["topics"]["orders"]["messages_received"] += 3
-        s["topics"]["orders"]["messages_delivered"] += 5
-        s["topics"]["_other"]["messages_received"] += 4
-        s["topics"]["_other"]["messages_delivered"] += 6
-        for topic, sow in s["sow"].items():
-            bump = 2 if topic == "orders" else 1
-            sow["inserts"] += bump
-            sow["updates"] += 1
-            sow["queries"] += 1
-            sow["records"] = sow["inserts"] - sow["deletes"]
-        s["oof"]["match"] += 1
-        s["subscriptions"] = {"subscribe": self.step, "sow_and_subscribe": 2, "bookmark": 1, "delta": 0}
-        s["clients"] = [
-            {
-                "id": f"c{i}",
-                "client_name": f"client-{i}",
-                "remote": f"127.0.0.1:{40000 + i}",
-                "connected_at": 1_700_000_000.0 + i,
-                "messages_in": 10 * self.step,
-                "messages_out": 20 * self.step,
-                "bytes_in": 100 * self.step,
-                "bytes_out": 200 * self.step,
-                "subscriptions": 1,
-                "queued_bytes": 64 * i,
-            }
+        counters = replace(s.counters, **{key: getattr(s.counters, key) + delta for key, delta in DELTAS.items()})
+        orders, other = s.topics["orders"], s.topics["_other"]
+        topics = {
+            "orders": TopicFlow(orders.messages_received + 3, orders.messages_delivered + 5),
+            "_other": TopicFlow(other.messages_received + 4, other.messages_delivered + 6),
+        }
+        sow = {}
+        for topic, t in s.sow.items():
+            inserts = t.inserts + (2 if topic == "orders" else 1)
+            sow[topic] = replace(t, inserts=inserts, updates=t.updates + 1, queries=t.queries + 1,
+                                 records=inserts - t.deletes)
+        clients = tuple(
+            ClientStats(id=f"c{i}", client_name=f"client-{i}", remote=f"127.0.0.1:{40000 + i}",
+                        connected_at=1_700_000_000.0 + i, messages_in=10 * self.step, messages_out=20 * self.step,
+                        bytes_in=100 * self.step, bytes_out=200 * self.step, subscriptions=1, queued_bytes=64 * i)
             for i in range(1, 1 + self.step % 3 + 1)
-        ]
+        )
         self.latency.observe(0.0003)
         self.latency.observe(0.02 * self.step)
-        s["latency"] = self.latency.snapshot()
-        action = s["actions"]["archive-journals"]
+        action = s.actions["archive-journals"]
         outcome = ("success", "failure", "busy")[self.step % 3]
-        action["outcomes"][outcome] += 1
-        action["runs"] = sum(n for o, n in action["outcomes"].items() if o != "busy")
-        action["failures"] = action["outcomes"]["failure"]
-        action["last_run_start"] = 1_700_000_000.0 + self.step
-        action["last_run_duration"] = 0.25 * self.step
-        action["running"] = self.step % 2 == 1
-        journal = s["journal"]
+        outcomes = replace(action.outcomes, **{outcome: getattr(action.outcomes, outcome) + 1})
+        action = ActionStats(
+            runs=outcomes.success + outcomes.failure + outcomes.skipped, failures=outcomes.failure,
+            outcomes=outcomes, last_run_start=1_700_000_000.0 + self.step, last_run_duration=0.25 * self.step,
+            running=self.step % 2 == 1, trigger_failures=action.trigger_failures,
+        )
+        journal = s.journal
         if journal is not None:
             self.fsync.observe(0.002)
-            journal["fsync"] = self.fsync.snapshot()
-            journal["last_sequence"] += DELTAS["messages_received"]
-            journal["durable_sequence"] = journal["last_sequence"] - 1
-            journal["records_appended"] += DELTAS["messages_received"]
-            journal["bytes"] += 4096
+            last = journal.last_sequence + DELTAS["messages_received"]
+            journal = replace(journal, fsync=self.fsync.snapshot(), last_sequence=last, durable_sequence=last - 1,
+                              records_appended=journal.records_appended + DELTAS["messages_received"],
+                              bytes=journal.bytes + 4096)
+        self.current = replace(
+            s, counters=counters, topics=topics, sow=sow, oof=replace(s.oof, match=s.oof.match + 1),
+            subscriptions=SubscriptionCounts(subscribe=self.step, sow_and_subscribe=2, bookmark=1, delta=0),
+            clients=clients, latency=self.latency.snapshot(), actions={"archive-journals": action}, journal=journal,
+        )
 
     def __call__(self) -> BrokerSnapshot:
         if self.fail_next:
@@ -152,8 +133,8 @@ class SyntheticSource:
             raise RuntimeError("synthetic statistics failure")
         if not self.frozen:
             self.advance()
-        snap = copy.deepcopy(self.current)
-        self.served.append(copy.deepcopy(snap))
+        snap = self.current
+        self.served.append(snap)
         return snap
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from broker.admin.amps_tree import AmpsTreeBuilder, format_timestamp, format_uptime, render_values, select
 from broker.stats.rates import RateSampler
-from broker.stats.snapshot import empty_snapshot
+from broker.stats.snapshot import ActionOutcomes, ActionStats, ClientStats, SowTopicStats, empty_snapshot
 
 
 @pytest.mark.parametrize(
@@ -54,29 +56,17 @@ def test_tree_per_sec_values_follow_the_snapshot_deltas() -> None:
     now = [1000.0]
     builder = AmpsTreeBuilder(interval=2.0, clock=lambda: now[0])
     snap = empty_snapshot("t")
-    snap["instance"]["start_time"] = 990.0
-    snap["sow"]["orders"] = {
-        "records": 1,
-        "inserts": 1,
-        "updates": 0,
-        "deletes": 0,
-        "queries": 0,
-        "expirations": 0,
-    }
-    snap["clients"] = [
-        {
-            "id": "7", "client_name": "c", "remote": "h:1", "connected_at": 0.0, "messages_in": 0,
-            "messages_out": 0, "bytes_in": 0, "bytes_out": 0, "subscriptions": 0, "queued_bytes": 0,
-        }
-    ]  # fmt: skip
+    client = ClientStats(id="7", client_name="c", remote="h:1", connected_at=0.0, messages_in=0, messages_out=0,
+                         bytes_in=0, bytes_out=0, subscriptions=0, queued_bytes=0)
+    snap = replace(snap, instance=replace(snap.instance, start_time=990.0),
+                   sow={"orders": SowTopicStats(records=1, inserts=1)}, clients=(client,))
     first = builder.build(snap)["amps"]["instance"]
     assert first["uptime"] == "00:00:10.000000"
     assert first["sow"][0]["inserts_per_sec"] == "0.00"
 
     now[0] = 1004.0
-    snap["sow"]["orders"]["inserts"] += 10
-    snap["clients"][0]["bytes_in"] += 1000
-    snap["counters"]["messages_received"] += 6
+    snap = replace(snap, sow={"orders": SowTopicStats(records=1, inserts=11)},
+                   clients=(replace(client, bytes_in=1000),), counters=replace(snap.counters, messages_received=6))
     second = builder.build(snap)["amps"]["instance"]
     assert second["sow"][0]["inserts_per_sec"] == "2.50"
     assert second["clients"][0]["bytes_in_per_sec"] == "250.00"
@@ -105,17 +95,11 @@ def test_select_wraps_the_node_from_the_root() -> None:
 
 def test_actions_show_outcomes_and_last_run() -> None:
     builder = AmpsTreeBuilder(clock=lambda: 1000.0)
-    snap = empty_snapshot("x")
-    snap["actions"] = {
-        "nightly": {
-            "runs": 3, "failures": 1, "outcomes": {"success": 1, "failure": 1, "skipped": 1, "busy": 2},
-            "last_run_start": 1_700_000_000.5, "last_run_duration": 1.5, "running": True, "trigger_failures": 0,
-        },
-        "never": {
-            "runs": 0, "failures": 0, "outcomes": {"success": 0, "failure": 0, "skipped": 0, "busy": 0},
-            "last_run_start": None, "last_run_duration": None, "running": False, "trigger_failures": 0,
-        },
-    }  # fmt: skip
+    snap = replace(empty_snapshot("x"), actions={
+        "nightly": ActionStats(runs=3, failures=1, outcomes=ActionOutcomes(success=1, failure=1, skipped=1, busy=2),
+                               last_run_start=1_700_000_000.5, last_run_duration=1.5, running=True),
+        "never": ActionStats(),
+    })
     actions = {a["id"]: a for a in builder.build(snap)["amps"]["instance"]["actions"]}
     assert actions["nightly"] == {
         "id": "nightly", "runs": "3", "failures": "1", "success_count": "1", "failure_count": "1",

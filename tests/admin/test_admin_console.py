@@ -3,9 +3,9 @@ files, and the static files served at / (the browser test is tests/node/test_con
 
 from __future__ import annotations
 
-import copy
 import json
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,15 @@ import pytest
 from broker.admin import jsclient
 from broker.admin.console import ConsoleView
 from broker.admin.static_files import console_file
-from broker.stats.snapshot import empty_snapshot
+from broker.stats.snapshot import (
+    ActionOutcomes,
+    ActionStats,
+    ClientStats,
+    SowTopicStats,
+    SubscriptionInfo,
+    TopicFlow,
+    empty_snapshot,
+)
 from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,25 +29,22 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_rates_are_counter_deltas_over_the_time_between_samples() -> None:
     view = ConsoleView([{"name": "ws", "port": 9008}])
-    first = empty_snapshot()
-    first["topics"] = {"orders": {"messages_received": 100, "messages_delivered": 400}}
-    first["sow"] = {"orders": {"records": 7, "inserts": 7, "updates": 0, "deletes": 0, "queries": 0,
-                               "expirations": 0}}
+    first = replace(empty_snapshot(), topics={"orders": TopicFlow(100, 400)},
+                    sow={"orders": SowTopicStats(records=7, inserts=7)})
     state = view.build(first, taken_at=10.0)
     assert state["totals"]["in_per_sec"] == 0.0 and state["interval"] is None, "no rate from one sample"
-    second = copy.deepcopy(first)
-    second["topics"]["orders"] = {"messages_received": 150, "messages_delivered": 600}
-    second["counters"]["messages_received"] = 50
-    second["counters"]["messages_delivered"] = 200
-    second["clients"] = [{"id": "client-1", "client_name": "alice", "remote": "127.0.0.1:1", "connected_at": 1.0,
-                          "messages_in": 0, "messages_out": 0, "bytes_in": 0, "bytes_out": 0, "subscriptions": 1,
-                          "queued_bytes": 42}]
-    second["subscription_details"] = [{"client": "client-1", "sub_id": "s1", "topic": "orders", "filter": "/a = 1",
-                                       "kind": "sow_and_subscribe"}]
-    second["actions"] = {"nightly": {"runs": 3, "failures": 1, "outcomes": {"success": 2, "failure": 1, "skipped": 0,
-                                                                         "busy": 0},
-                                     "last_run_start": 1000.0, "last_run_duration": 0.25, "running": False,
-                                     "trigger_failures": 0}}
+    second = replace(
+        first,
+        topics={"orders": TopicFlow(150, 600)},
+        counters=replace(first.counters, messages_received=50, messages_delivered=200),
+        clients=(ClientStats(id="client-1", client_name="alice", remote="127.0.0.1:1", connected_at=1.0,
+                             messages_in=0, messages_out=0, bytes_in=0, bytes_out=0, subscriptions=1,
+                             queued_bytes=42),),
+        subscription_details=(SubscriptionInfo(client="client-1", sub_id="s1", topic="orders", filter="/a = 1",
+                                               kind="sow_and_subscribe"),),
+        actions={"nightly": ActionStats(runs=3, failures=1, outcomes=ActionOutcomes(success=2, failure=1),
+                                        last_run_start=1000.0, last_run_duration=0.25, running=False)},
+    )
     state = view.build(second, taken_at=12.0)
     assert state["actions"] == [{"name": "nightly", "runs": 3, "failures": 1, "running": False,
                                  "last_run_start": 1000.0, "last_run_duration": 0.25}]

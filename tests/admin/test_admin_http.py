@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.admin import AdminEndpoint, serve_admin
 from broker.errors import ConfigError
+from broker.stats.snapshot import counts
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -48,55 +49,55 @@ async def test_metrics_values_equal_the_snapshot(admin_port, source, http) -> No
     snap = source.served[-1]
     found = samples(reply.text)
 
-    c = snap["counters"]
-    assert value(found, "broker_messages_received_total") == c["messages_received"]
-    assert value(found, "broker_messages_delivered_total") == c["messages_delivered"]
-    assert value(found, "broker_bytes_received_total") == c["bytes_in"]
-    assert value(found, "broker_bytes_sent_total") == c["bytes_out"]
-    assert value(found, "broker_client_disconnects_total") == c["client_disconnects"]
-    assert value(found, "broker_slow_client_disconnects_total") == c["slow_client_disconnects"]
-    assert value(found, "broker_protocol_errors_total") == c["protocol_errors"]
-    assert value(found, "broker_commands_failed_total") == c["commands_failed"]
-    for topic, flows in snap["topics"].items():
-        assert value(found, "broker_topic_messages_received_total", topic=topic) == flows["messages_received"]
+    c = snap.counters
+    assert value(found, "broker_messages_received_total") == c.messages_received
+    assert value(found, "broker_messages_delivered_total") == c.messages_delivered
+    assert value(found, "broker_bytes_received_total") == c.bytes_in
+    assert value(found, "broker_bytes_sent_total") == c.bytes_out
+    assert value(found, "broker_client_disconnects_total") == c.client_disconnects
+    assert value(found, "broker_slow_client_disconnects_total") == c.slow_client_disconnects
+    assert value(found, "broker_protocol_errors_total") == c.protocol_errors
+    assert value(found, "broker_commands_failed_total") == c.commands_failed
+    for topic, flows in snap.topics.items():
+        assert value(found, "broker_topic_messages_received_total", topic=topic) == flows.messages_received
         assert (
-            value(found, "broker_topic_messages_delivered_total", topic=topic) == flows["messages_delivered"]
+            value(found, "broker_topic_messages_delivered_total", topic=topic) == flows.messages_delivered
         )
-    assert value(found, "broker_clients_connected") == len(snap["clients"])
-    assert value(found, "broker_client_queued_bytes") == sum(cl["queued_bytes"] for cl in snap["clients"])
-    for kind, n in snap["subscriptions"].items():
+    assert value(found, "broker_clients_connected") == len(snap.clients)
+    assert value(found, "broker_client_queued_bytes") == sum(cl.queued_bytes for cl in snap.clients)
+    for kind, n in counts(snap.subscriptions):
         assert value(found, "broker_subscriptions", kind=kind) == n
-    for topic, sow in snap["sow"].items():
-        assert value(found, "broker_sow_records", topic=topic) == sow["records"]
+    for topic, sow in snap.sow.items():
+        assert value(found, "broker_sow_records", topic=topic) == sow.records
         for field in ("inserts", "updates", "deletes", "queries", "expirations"):
-            assert value(found, f"broker_sow_{field}_total", topic=topic) == sow[field]
-    for reason, n in snap["oof"].items():
+            assert value(found, f"broker_sow_{field}_total", topic=topic) == getattr(sow, field)
+    for reason, n in counts(snap.oof):
         assert value(found, "broker_oof_total", reason=reason) == n
-    journal = snap["journal"]
+    journal = snap.journal
     assert journal is not None
-    for state, n in journal["files"].items():
+    for state, n in counts(journal.files):
         assert value(found, "broker_journal_files", state=state) == n
-    assert value(found, "broker_journal_bytes") == journal["bytes"]
-    assert value(found, "broker_journal_last_sequence") == journal["last_sequence"]
-    assert value(found, "broker_journal_durable_sequence") == journal["durable_sequence"]
-    assert value(found, "broker_journal_records_appended_total") == journal["records_appended"]
-    assert value(found, "broker_replays_active") == journal["replays_active"]
-    assert value(found, "broker_journal_fsync_seconds_count") == journal["fsync"]["count"]
-    for name, action in snap["actions"].items():
-        for outcome, n in action["outcomes"].items():
+    assert value(found, "broker_journal_bytes") == journal.bytes
+    assert value(found, "broker_journal_last_sequence") == journal.last_sequence
+    assert value(found, "broker_journal_durable_sequence") == journal.durable_sequence
+    assert value(found, "broker_journal_records_appended_total") == journal.records_appended
+    assert value(found, "broker_replays_active") == journal.replays_active
+    assert value(found, "broker_journal_fsync_seconds_count") == journal.fsync.count
+    for name, action in snap.actions.items():
+        for outcome, n in counts(action.outcomes):
             assert value(found, "broker_action_runs_total", action=name, outcome=outcome) == n
-        assert value(found, "broker_action_failures_total", action=name) == action["outcomes"]["failure"]
-        assert value(found, "broker_action_running", action=name) == float(action["running"])
-        assert value(found, "broker_action_last_run_timestamp_seconds", action=name) == action["last_run_start"]
-        assert value(found, "broker_action_last_run_duration_seconds", action=name) == action["last_run_duration"]
-        assert value(found, "broker_action_trigger_failures_total", action=name) == action["trigger_failures"]
+        assert value(found, "broker_action_failures_total", action=name) == action.outcomes.failure
+        assert value(found, "broker_action_running", action=name) == float(action.running)
+        assert value(found, "broker_action_last_run_timestamp_seconds", action=name) == action.last_run_start
+        assert value(found, "broker_action_last_run_duration_seconds", action=name) == action.last_run_duration
+        assert value(found, "broker_action_trigger_failures_total", action=name) == action.trigger_failures
     assert value(found, "broker_instance_info", name="synthetic", version="9.9.9") == 1
     assert 3725 < value(found, "broker_uptime_seconds") < 3725 + 60
 
-    latency = snap["latency"]
-    assert value(found, "broker_delivery_latency_seconds_count") == latency["count"]
-    assert value(found, "broker_delivery_latency_seconds_sum") == pytest.approx(latency["sum"])
-    for bound, count in latency["buckets"]:
+    latency = snap.latency
+    assert value(found, "broker_delivery_latency_seconds_count") == latency.count
+    assert value(found, "broker_delivery_latency_seconds_sum") == pytest.approx(latency.sum)
+    for bound, count in latency.buckets:
         le = "+Inf" if bound == float("inf") else repr(bound)
         assert value(found, "broker_delivery_latency_seconds_bucket", le=le) == count
 
@@ -133,8 +134,8 @@ async def test_counters_move_by_exactly_the_delta(admin_port, source, sampler, h
     )
     assert delta_count == 2
     # Gauges follow the snapshot, up or down.
-    assert value(second, "broker_clients_connected") == len(source.served[-1]["clients"])
-    assert value(first, "broker_clients_connected") == len(source.served[-2]["clients"])
+    assert value(second, "broker_clients_connected") == len(source.served[-1].clients)
+    assert value(first, "broker_clients_connected") == len(source.served[-2].clients)
 
 
 async def test_openmetrics_is_negotiated_by_accept_header(admin_port, source, http) -> None:
@@ -147,8 +148,8 @@ async def test_openmetrics_is_negotiated_by_accept_header(admin_port, source, ht
     assert reply.text.endswith("# EOF\n")
     found = samples(reply.text, openmetrics=True)
     snap = source.served[-1]
-    assert value(found, "broker_messages_received_total") == snap["counters"]["messages_received"]
-    assert value(found, "broker_sow_records", topic="orders") == snap["sow"]["orders"]["records"]
+    assert value(found, "broker_messages_received_total") == snap.counters.messages_received
+    assert value(found, "broker_sow_records", topic="orders") == snap.sow["orders"].records
 
     # Prometheus's own Accept header (OpenMetrics first, text as fallback).
     prometheus_accept = (
@@ -217,32 +218,32 @@ async def test_amps_json_tree_shape(admin_port, source, http) -> None:
     assert instance["name"] == "synthetic"
     assert instance["version"] == "9.9.9"
     assert instance["config_path"] == "/etc/broker/config.xml"
-    assert instance["pid"] == str(snap["instance"]["pid"])
+    assert instance["pid"] == str(snap.instance.pid)
     assert UPTIME.match(instance["uptime"]), instance["uptime"]
     assert instance["uptime"].startswith("01:02:0")
 
     clients = instance["clients"]
-    assert [c["id"] for c in clients] == [c["id"] for c in snap["clients"]]
-    first, expected = clients[0], snap["clients"][0]
-    assert first["client_name"] == expected["client_name"]
-    assert first["remote_address"] == expected["remote"]
-    assert first["bytes_in"] == str(expected["bytes_in"])
-    assert first["messages_out"] == str(expected["messages_out"])
-    assert first["subscription_count"] == str(expected["subscriptions"])
+    assert [c["id"] for c in clients] == [c.id for c in snap.clients]
+    first, expected = clients[0], snap.clients[0]
+    assert first["client_name"] == expected.client_name
+    assert first["remote_address"] == expected.remote
+    assert first["bytes_in"] == str(expected.bytes_in)
+    assert first["messages_out"] == str(expected.messages_out)
+    assert first["subscription_count"] == str(expected.subscriptions)
     assert first["connect_time"] == "20231114T221321.000000Z"  # 1_700_000_000 + 1 s, UTC
 
     sow = {entry["id"]: entry for entry in instance["sow"]}
-    assert set(sow) == set(snap["sow"])
+    assert set(sow) == set(snap.sow)
     assert sow["orders"]["topic"] == "orders"
-    assert sow["orders"]["valid_keys"] == str(snap["sow"]["orders"]["records"])
-    assert sow["orders"]["insert_count"] == str(snap["sow"]["orders"]["inserts"])
-    assert sow["orders"]["query_count"] == str(snap["sow"]["orders"]["queries"])
+    assert sow["orders"]["valid_keys"] == str(snap.sow["orders"].records)
+    assert sow["orders"]["insert_count"] == str(snap.sow["orders"].inserts)
+    assert sow["orders"]["query_count"] == str(snap.sow["orders"].queries)
 
     assert instance["processors"][0]["id"] == "all"
-    assert instance["processors"][0]["messages_received"] == str(snap["counters"]["messages_received"])
-    assert instance["transaction_log"]["last_sequence"] == str(snap["journal"]["last_sequence"])
+    assert instance["processors"][0]["messages_received"] == str(snap.counters.messages_received)
+    assert instance["transaction_log"]["last_sequence"] == str(snap.journal.last_sequence)
     assert {s["id"]: s["subscription_count"] for s in instance["subscriptions"]} == {
-        k: str(v) for k, v in snap["subscriptions"].items()
+        k: str(v) for k, v in counts(snap.subscriptions)
     }
 
 

@@ -22,15 +22,15 @@ async def test_prometheus_scrapes_broker_metrics(nursery: trio.Nursery, source, 
     source.frozen = True
     frozen = source.current
     await server.wait_for_value(
-        "broker_messages_received_total", float(frozen["counters"]["messages_received"]), timeout=20
+        "broker_messages_received_total", float(frozen.counters.messages_received), timeout=20
     )
-    assert frozen["counters"]["messages_received"] > 0
+    assert frozen.counters.messages_received > 0
 
     labelled = await server.query('broker_topic_messages_received_total{topic="orders"}')
-    assert float(labelled[0]["value"][1]) == frozen["topics"]["orders"]["messages_received"]
+    assert float(labelled[0]["value"][1]) == frozen.topics["orders"].messages_received
 
     latency_count = await server.query("broker_delivery_latency_seconds_count")
-    assert float(latency_count[0]["value"][1]) == frozen["latency"]["count"]
+    assert float(latency_count[0]["value"][1]) == frozen.latency.count
 
     info = await server.query("broker_instance_info")
     assert info[0]["metric"]["name"] == "synthetic"

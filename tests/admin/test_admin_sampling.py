@@ -5,6 +5,7 @@ keeps its interval (the real broker's interval: test_admin_kernel_sampling.py)."
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 
 import pytest
 import trio
@@ -13,18 +14,17 @@ import trio.testing
 from broker.admin import StatisticsSampler
 from broker.admin.amps_tree import CLIENT_SLICE, AmpsTreeBuilder
 from broker.admin.app import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_QUERY_BYTES
+from broker.stats.snapshot import ClientStats
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def _many_clients(source, count: int) -> None:
-    row = source.current.get("clients", [{}])[0] if source.current.get("clients") else {}
-    source.current["clients"] = [
-        {**row, "id": f"c{i}", "client_name": f"client-{i}", "remote": f"127.0.0.1:{i}",
-         "connected_at": 1_700_000_000.0, "messages_in": 1, "messages_out": 1, "bytes_in": 1, "bytes_out": 1,
-         "subscriptions": 1, "queued_bytes": 0}
+    source.current = replace(source.current, clients=tuple(
+        ClientStats(id=f"c{i}", client_name=f"client-{i}", remote=f"127.0.0.1:{i}", connected_at=1_700_000_000.0,
+                    messages_in=1, messages_out=1, bytes_in=1, bytes_out=1, subscriptions=1, queued_bytes=0)
         for i in range(count)
-    ]
+    ))
 
 
 async def test_concurrent_requests_share_one_sample_and_one_rendering(admin_port, source, sampler, http,

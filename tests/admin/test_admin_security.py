@@ -70,7 +70,7 @@ async def test_prometheus_scrapes_with_basic_auth(nursery: trio.Nursery, source,
     source.frozen = True
     frozen = source.current
     await server.wait_for_value(
-        "broker_messages_received_total", float(frozen["counters"]["messages_received"]), timeout=20)
+        "broker_messages_received_total", float(frozen.counters.messages_received), timeout=20)
 
 
 async def test_anonymous_paths_and_loopback_only_administration(nursery: trio.Nursery, source, http,

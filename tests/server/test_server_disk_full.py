@@ -148,7 +148,7 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         with trio.fail_after(5):
             while not broker.journal_disk_full:
                 await trio.sleep(0.01)
-        assert broker.statistics()["journal"]["disk_full"] is True
+        assert broker.statistics().journal.disk_full is True
         assert pub.matching(a="persisted", s=6) == []  # not durable: no persisted ack
 
         # Now publishes to the logged topic are refused whole, with the reason, and applied to nothing.
@@ -182,7 +182,7 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         assert len(sub.matching(c="publish", sids="replay")) == 5 and sub.matching(cid="replay", a="completed") == []
 
         stats = broker.statistics()
-        assert stats["counters"]["publishes_refused"]["journal"] == 3
+        assert stats.counters.publishes_refused.journal == 3
         assert [r.message for r in caplog.records if "journal disk full at" in r.message][0].endswith(
             "the broker retries by itself")
         assert len([r for r in caplog.records if "journal disk full at" in r.message]) == 1
