@@ -176,7 +176,7 @@ class AmpsTreeBuilder:
         """
         now = self._clock()
         rate = self._rate_function(snapshot, now)
-        clients = [render_values(_client_row(c, rate)) for c in snapshot.clients]
+        clients = [_client_row(c, rate) for c in snapshot.clients]
         return self._assemble(snapshot, now, rate, clients)
 
     async def build_sliced(self, snapshot: BrokerSnapshot, slice_size: int = CLIENT_SLICE) -> Tree:
@@ -197,7 +197,7 @@ class AmpsTreeBuilder:
 
         rows: list[Any] = []
         for start in range(0, len(clients), slice_size):
-            rows.extend(render_values(_client_row(c, rate)) for c in clients[start : start + slice_size])
+            rows.extend(_client_row(c, rate) for c in clients[start : start + slice_size])
             await trio.sleep(0)
         return self._assemble(snapshot, now, rate, rows)
 
@@ -344,26 +344,34 @@ def _client_flows(flows: dict[Any, float], clients: Sequence[ClientStats]) -> No
         flows[("client", c.id, "bytes_out")] = c.bytes_out
 
 
-def _client_row(c: ClientStats, rate: Callable[..., float]) -> dict[str, Any]:
-    """One client's element of ``/amps/instance/clients`` (unrendered values)."""
+def _per_sec(value: float) -> str:
+    """A rate as :func:`render_values` renders a float."""
+    return f"{value:.2f}" if math.isfinite(value) else "0"
+
+
+def _client_row(c: ClientStats, rate: Callable[..., float]) -> dict[str, str]:
+    """One client's element of ``/amps/instance/clients``, already rendered (what :func:`render_values`
+    makes of it, written out: with thousands of clients these rows are most of the tree, and the generic
+    walk over them cost twice the rest of building it)."""
+    cid = c.id
     return {
-        "id": c.id,
-        "client_name": c.client_name,
+        "id": cid,
+        "client_name": c.client_name or "",
         "remote_address": c.remote,
         "connect_time": format_timestamp(c.connected_at),
-        "messages_in": c.messages_in,
-        "messages_in_per_sec": rate("client", c.id, "messages_in"),
-        "messages_out": c.messages_out,
-        "messages_out_per_sec": rate("client", c.id, "messages_out"),
-        "bytes_in": c.bytes_in,
-        "bytes_in_per_sec": rate("client", c.id, "bytes_in"),
-        "bytes_out": c.bytes_out,
-        "bytes_out_per_sec": rate("client", c.id, "bytes_out"),
-        "subscription_count": c.subscriptions,
-        "queued_bytes_out": c.queued_bytes,
+        "messages_in": str(c.messages_in),
+        "messages_in_per_sec": _per_sec(rate("client", cid, "messages_in")),
+        "messages_out": str(c.messages_out),
+        "messages_out_per_sec": _per_sec(rate("client", cid, "messages_out")),
+        "bytes_in": str(c.bytes_in),
+        "bytes_in_per_sec": _per_sec(rate("client", cid, "bytes_in")),
+        "bytes_out": str(c.bytes_out),
+        "bytes_out_per_sec": _per_sec(rate("client", cid, "bytes_out")),
+        "subscription_count": str(c.subscriptions),
+        "queued_bytes_out": str(c.queued_bytes),
         # Not measured yet; present (as 0) because 60East's exporter reads them.
-        "queue_depth_out": 0,
-        "queue_max_latency": 0,
-        "transport_rx_queue": 0,
-        "transport_tx_queue": 0,
+        "queue_depth_out": "0",
+        "queue_max_latency": "0",
+        "transport_rx_queue": "0",
+        "transport_tx_queue": "0",
     }

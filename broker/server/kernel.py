@@ -14,7 +14,6 @@ the journal and closes storage.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import re
@@ -32,6 +31,7 @@ from broker.actions.host import BrokerHost
 from broker.actions.runtime import ActionRuntime
 from broker.config.model import Config, SowTopicConfig
 from broker.engine.engine import Engine
+from broker.engine.router import Subscription
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, ConfigError
 from broker.expr import FilterStatistics, compile_filter, compile_order_by
@@ -560,21 +560,27 @@ class Broker:
         for start in range(0, len(sessions), STATISTICS_SLICE):
             clients.extend(_client_row(s, per_client[s]) for s in sessions[start:start + STATISTICS_SLICE])
             await trio.sleep(0)
-        return self.statistics(clients=clients)
+        return self.statistics(clients=clients, subscriptions=subscriptions)
 
-    def statistics(self, *, clients: list[ClientStats] | None = None) -> BrokerSnapshot:
+    def statistics(self, *, clients: list[ClientStats] | None = None,
+                   subscriptions: list[Subscription] | None = None) -> BrokerSnapshot:
         """A snapshot of every counter (the contract in :mod:`broker.stats.snapshot`).
 
         Args:
             clients: The per-client rows when the caller built them (:meth:`sample_statistics`); by default
                 each session's own ``statistics()``.
+            subscriptions: The live subscriptions the caller counted ``clients``' subscriptions from, so the
+                counts by kind agree with the rows and the subscriptions are walked once per sample; by
+                default the router's now.
         """
         c = self.engine.counters
         own = self.counters
         sessions = list(self.sessions)
+        if subscriptions is None:
+            subscriptions = list(self.engine.router.subscriptions())
         details = tuple(SubscriptionInfo(getattr(sub.client, "id", ""), sub.sub_id, sub.topic.text, sub.filter_text,
                                          sub.kind)
-                        for sub in itertools.islice(self.engine.router.subscriptions(), SUBSCRIPTION_DETAILS))
+                        for sub in subscriptions[:SUBSCRIPTION_DETAILS])
         memory = self.memory
         return BrokerSnapshot(
             instance=InstanceInfo(self.config.name, __version__, self.start_time, self.config.source, os.getpid()),
@@ -596,7 +602,7 @@ class Broker:
             ),
             clients=tuple(clients if clients is not None else (s.statistics() for s in sessions)),
             topics={name: TopicFlow(v.received, v.delivered) for name, v in c.topics.items()},
-            subscriptions=SubscriptionCounts(**self.engine.router.count_by_kind()),
+            subscriptions=SubscriptionCounts(**Counter(sub.kind for sub in subscriptions)),
             subscription_details=details,
             pagination=PaginationStats(**self.engine.router.windows.statistics()),
             sow={name: SowTopicStats(**t.statistics()) for name, t in self.engine.sow_topics.items()},
