@@ -578,35 +578,40 @@ class Broker:
         sessions = list(self.sessions)
         if subscriptions is None:
             subscriptions = list(self.engine.router.subscriptions())
-        details = tuple(SubscriptionInfo(getattr(sub.client, "id", ""), sub.sub_id, sub.topic.text, sub.filter_text,
-                                         sub.kind)
+        details = tuple(SubscriptionInfo(client=getattr(sub.client, "id", ""), sub_id=sub.sub_id, topic=sub.topic.text,
+                                         filter=sub.filter_text, kind=sub.kind)
                         for sub in subscriptions[:SUBSCRIPTION_DETAILS])
         memory = self.memory
         return BrokerSnapshot(
-            instance=InstanceInfo(self.config.name, __version__, self.start_time, self.config.source, os.getpid()),
+            instance=InstanceInfo(name=self.config.name, version=__version__, start_time=self.start_time,
+                                  config_path=self.config.source, pid=os.getpid()),
             counters=Counters(
                 messages_received=c.messages_received, messages_delivered=c.messages_delivered,
                 bytes_in=own.bytes_in,
                 bytes_out=sum(s.outbound.bytes_out for s in sessions) + own.bytes_out_closed,
                 client_disconnects=own.client_disconnects, slow_client_disconnects=own.slow_client_disconnects,
                 protocol_errors=own.protocol_errors, commands_failed=own.commands_failed,
-                publishes_refused=PublishesRefused(own.publishes_refused_journal, own.publishes_refused_storage),
+                publishes_refused=PublishesRefused(journal=own.publishes_refused_journal,
+                                                   storage=own.publishes_refused_storage),
                 sequence_jumps_refused=own.sequence_jumps_refused,
-                filter_errors=FilterErrors(self.filter_errors.evaluation_errors, self.filter_errors.function_errors),
-                connections_closed=ConnectionsClosed(own.logon_timeouts, own.idle_timeouts,
-                                                     own.duplicate_name_disconnects, own.logons_refused_disconnects,
-                                                     own.entitlement_change_disconnects),
+                filter_errors=FilterErrors(evaluation=self.filter_errors.evaluation_errors,
+                                           function=self.filter_errors.function_errors),
+                connections_closed=ConnectionsClosed(
+                    logon_timeout=own.logon_timeouts, idle_timeout=own.idle_timeouts,
+                    duplicate_name=own.duplicate_name_disconnects, logons_refused=own.logons_refused_disconnects,
+                    entitlement_change=own.entitlement_change_disconnects),
                 security_refusals=SecurityRefusals(**self.security.statistics()),
-                memory=MemoryStats(memory.limit, memory.input, memory.output, memory.refused_frames,
-                                   memory.offlined_consumers),
+                memory=MemoryStats(limit=memory.limit, input_bytes=memory.input, output_bytes=memory.output,
+                                   frames_refused=memory.refused_frames, consumers_offlined=memory.offlined_consumers),
             ),
             clients=tuple(clients if clients is not None else (s.statistics() for s in sessions)),
-            topics={name: TopicFlow(v.received, v.delivered) for name, v in c.topics.items()},
+            topics={name: TopicFlow(messages_received=v.received, messages_delivered=v.delivered)
+                    for name, v in c.topics.items()},
             subscriptions=SubscriptionCounts(**Counter(sub.kind for sub in subscriptions)),
             subscription_details=details,
             pagination=PaginationStats(**self.engine.router.windows.statistics()),
             sow={name: SowTopicStats(**t.statistics()) for name, t in self.engine.sow_topics.items()},
-            oof=OofTotals(c.oof.match, c.oof.deleted, c.oof.expired),
+            oof=OofTotals(match=c.oof.match, deleted=c.oof.deleted, expired=c.oof.expired),
             latency=self.latency.snapshot(),
             journal=self._journal_statistics(),
             actions={name: ActionStats.from_runtime(a) for name, a in self.actions.statistics().items()},
@@ -626,7 +631,7 @@ class Broker:
             bytes=js.bytes_on_disk,
             last_sequence=js.last_sequence,
             durable_sequence=js.durable_sequence,
-            fsync=HistogramSnapshot(tuple(js.fsync_buckets), js.fsync_seconds_sum, js.fsync_count),
+            fsync=HistogramSnapshot(buckets=tuple(js.fsync_buckets), sum=js.fsync_seconds_sum, count=js.fsync_count),
             replays_active=self.replays_active,
             records_appended=js.appended_records,
             disk_full=self.journal_disk_full,
@@ -637,7 +642,7 @@ class Broker:
             replay_held_peak_bytes=own.replay_held_peak_bytes,
             replay_catch_ups=own.replay_catch_ups,
             replay_held_offlined=own.replay_held_offlined,
-            file_list=tuple(JournalFileInfo(jf.path.name, jf.state.value, jf.size)
+            file_list=tuple(JournalFileInfo(name=jf.path.name, state=jf.state.value, size=jf.size)
                             for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]),
         )
 
@@ -651,7 +656,9 @@ class Broker:
 
 def _client_row(session: Any, subscriptions: int) -> ClientStats:
     """One client's statistics row (what ``Session.statistics()`` returns) with its subscription count
-    counted once for all clients by the caller instead of one pass over every subscription per client."""
+    counted once for all clients by the caller instead of one pass over every subscription per client.
+    Positional, as it runs once per client per sample; ``Session.statistics`` names each field, and a test
+    checks the two agree."""
     out = session.outbound
     return ClientStats(session.id, session.name, session.remote, session.connected_at, session.messages_in,
                        session.messages_out, session.bytes_in, out.bytes_out, subscriptions, out.size)

@@ -796,9 +796,13 @@ class Session:
 
     def statistics(self) -> ClientStats:
         """This client's counters (its row of the statistics snapshot, :mod:`broker.stats.snapshot`)."""
-        return ClientStats(self.id, self.name, self.remote, self.connected_at, self.messages_in, self.messages_out,
-                           self.bytes_in, self.outbound.bytes_out,
-                           sum(1 for s in self.engine.router.subscriptions() if s.client is self), self.outbound.size)
+        return ClientStats(
+            id=self.id, client_name=self.name, remote=self.remote, connected_at=self.connected_at,
+            messages_in=self.messages_in, messages_out=self.messages_out, bytes_in=self.bytes_in,
+            bytes_out=self.outbound.bytes_out,
+            subscriptions=sum(1 for s in self.engine.router.subscriptions() if s.client is self),
+            queued_bytes=self.outbound.size,
+        )
 
 
 #: Commands that need the write entitlement of their topic, and those that need read.
