@@ -24,8 +24,9 @@ from broker.server.kernel import Broker
 CONFIG = """<AMPSConfig><Name>stats</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
 </Transport></Transports>
-<SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><FileName>./sow/%n.sow</FileName></Topic></SOW>
-<TransactionLog><JournalDirectory>./journal</JournalDirectory>
+<SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><FileName>{dir}/sow/%n.sow</FileName>
+</Topic></SOW>
+<TransactionLog><JournalDirectory>{dir}/journal</JournalDirectory>
   <Topic><Name>orders</Name><MessageType>json</MessageType></Topic></TransactionLog></AMPSConfig>"""
 
 #: BrokerCounters field -> where the snapshot shows it (``None``: folded into another value, see below).
@@ -59,17 +60,18 @@ def _at(snap: Any, path: str) -> Any:
     return snap
 
 
-@pytest.fixture
-def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "config.xml").write_text(CONFIG)
-    b = Broker(load_config(tmp_path / "config.xml"))
-    yield b
-    trio.run(b.aclose)
-
-
-def test_every_raw_counter_lands_in_its_own_snapshot_field(broker: Broker) -> None:
+def test_every_raw_counter_lands_in_its_own_snapshot_field(tmp_path: Path) -> None:
     assert set(RAW_TO_SNAPSHOT) == {f.name for f in dataclasses.fields(BrokerCounters)}
+    config = tmp_path / "config.xml"
+    config.write_text(CONFIG.format(dir=tmp_path))
+    broker = Broker(load_config(config))
+    try:
+        _check(broker)
+    finally:
+        trio.run(broker.aclose)
+
+
+def _check(broker: Broker) -> None:
     values = itertools.count(1001)
     raw = {name: next(values) for name in RAW_TO_SNAPSHOT}
     for name, n in raw.items():
