@@ -28,6 +28,7 @@ from broker.protocol._connection import (
 from broker.protocol._fields import FIELDS, FieldSpec
 from broker.protocol._frames import (
     HEARTBEAT_FRAME,
+    DeliveryRun,
     DeliveryTemplate,
     Frame,
     decode_frame,
@@ -66,6 +67,7 @@ __all__ = [
     "decode_frame",
     "decode_header",
     "decode_sow_batch",
+    "DeliveryRun",
     "DeliveryTemplate",
     "encode_ack",
     "encode_frame",

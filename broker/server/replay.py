@@ -30,6 +30,7 @@ from broker.engine.queries import historical_time, parse_options
 from broker.engine.router import Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError, JournalError
+from broker.server.replay_frames import ChunkEncoder
 from broker.sow.record import SowRecord
 from broker.txlog import Command, Record, ReplayStart, parse_bookmark
 from broker.txlog.errors import JournalDamageError
@@ -200,6 +201,10 @@ class Replay:
             self.running.set()
         #: Records sent so far.
         self.sent = 0
+        #: The bookmark of the last record sent (``None`` before the first).
+        self.last_bm: str | None = None
+        #: The sequence of the last record read from the journal, sent or not (0 before the first).
+        self.read_to = 0
         #: Whether the replay has sent everything durable and waits for the journal's next fsync (the rest
         #: of the replay is appended but not durable: a group commit under way, or the disk is full).
         self.waiting_for_journal = False
@@ -281,59 +286,23 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
     assert journal is not None
     broker.replays_active += 1
     began = time.monotonic()
-    sent = 0
-    last_bm = None
-    read_to = 0  # the sequence of the last record read from the journal (sent or not)
+    encoder = None
+    if historical is None and rate is None:  # every record is a plain delivery: encode chunks off the loop
+        encoder = ChunkEncoder(sub.sub_id, f"{journal.instance_hash}|", sub.topic.matches, sub.filter,
+                               broker.message_type)
     try:
-        parsers: dict[str, Any] = {}
         position = start
         while True:
             until = min(cut, journal.durable_sequence)
             records: Iterator[Record] = await trio.to_thread.run_sync(
                 partial(journal.replay, position, until_sequence=until))
             try:
-                while True:
-                    chunk, problem = await trio.to_thread.run_sync(_take, records)
-                    if not chunk and problem is None:
-                        break
-                    if broker.engine.router.get(session, sub.sub_id) is not sub:
-                        return  # unsubscribed (or replaced) during the replay
-                    for rec in chunk:
-                        read_to = rec.sequence
-                        oof: tuple[str, bytes] | None = None
-                        if historical is not None:
-                            step = historical.decide(rec)
-                            if step is None:
-                                continue
-                            oof = step if step[0] else None
-                        elif rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
-                            continue
-                        elif sub.filter is not None:
-                            try:
-                                if not sub.filter(_parser(broker, parsers, rec.message_type).parse(rec.data)):
-                                    continue
-                            except BrokerError:
-                                continue
-                        if not replay.running.is_set():
-                            await replay.running.wait()
-                        if rate is not None:
-                            await rate.pace(rec)
-                        if broker.engine.router.get(session, sub.sub_id) is not sub:
-                            return  # unsubscribed (or replaced) during the replay
-                        last_bm = journal.bookmark(rec.sequence)
-                        if oof is not None:
-                            session.send_publish(rec.topic, sub.sub_id, oof[1], last_bm, rec.sow_key.decode() or None,
-                                                 None, command="oof", reason=oof[0])
-                            broker.engine.counters.oof.add(oof[0])
-                            continue
-                        session.send_publish(rec.topic, sub.sub_id, rec.data, last_bm,
-                                             rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
-                        sent += 1
-                        replay.sent = sent
-                    if problem is not None:
-                        raise problem  # after the good records read before it were sent
-                    if session.outbound.size > WATERMARK:
-                        await session.outbound.wait_below(WATERMARK // 2)
+                if encoder is not None:
+                    going = await _send_encoded(broker, session, replay, records, encoder)
+                else:
+                    going = await _send_records(broker, session, replay, records, rate, historical)
+                if not going:
+                    return  # unsubscribed (or replaced) during the replay
             finally:
                 close = getattr(records, "close", None)
                 if close is not None:
@@ -346,16 +315,16 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 # engine step fix a new cut-over and hold live messages again; read on to it.
                 cut = journal.last_sequence
                 held_live.refix()
-                if read_to:
-                    position = ReplayStart.after(read_to)
+                if replay.read_to:
+                    position = ReplayStart.after(replay.read_to)
                 continue
             # The rest of the replay is not on disk yet (the journal's disk is full, or a group commit is
             # under way): wait for it, then read on from where this pass stopped.
             replay.waiting_for_journal = True
             await broker.wait_durable()
             replay.waiting_for_journal = False
-            if read_to:
-                position = ReplayStart.after(read_to)
+            if replay.read_to:
+                position = ReplayStart.after(replay.read_to)
         # Cut over: the live messages held since registration, in order, then live delivery.
         held_live, sub.replay_buffer = sub.replay_buffer, None
         held = held_live.take() if isinstance(held_live, HeldLive) else list(held_live or [])
@@ -367,15 +336,15 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 session.send_publish(topic, sub.sub_id, body, bm, key, x, command="oof", reason=reason[0])
                 continue
             session.send_publish(topic, sub.sub_id, body, bm, key, x)
-            last_bm = bm or last_bm
+            replay.last_bm = bm or replay.last_bm
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         if "persisted" in acks:
-            session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=last_bm or journal.bookmark(cut))
+            session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=replay.last_bm or journal.bookmark(cut))
         log.info("%s replayed %d messages for %s/%s in %.3fs (then %d held live; %d catch-ups past the "
-                 "cut-over)", session.id, sent, session.name, sub.sub_id, time.monotonic() - began, len(held),
+                 "cut-over)", session.id, replay.sent, session.name, sub.sub_id, time.monotonic() - began, len(held),
                  held_live.catch_ups if isinstance(held_live, HeldLive) else 0)
     except (JournalError, OSError) as exc:
-        _replay_failed(broker, session, header, acks, sub, exc, sent, last_bm)
+        _replay_failed(broker, session, header, acks, sub, exc, replay.sent, replay.last_bm)
     finally:
         if isinstance(sub.replay_buffer, HeldLive):
             sub.replay_buffer.release()
@@ -384,6 +353,87 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         broker.replays_active -= 1
         if historical is not None:
             historical.close()
+
+
+async def _send_encoded(broker: Broker, session: Any, replay: Replay, records: Iterator[Record],
+                        encoder: ChunkEncoder) -> bool:
+    """Send ``records`` encoded a chunk at a time in a worker thread; ``False`` when the subscription went away."""
+    sub = replay.sub
+    journal = broker.journal
+    assert journal is not None
+    router = broker.engine.router
+    outbound = session.outbound
+    while True:
+        chunk = await trio.to_thread.run_sync(encoder.take, records)
+        if not chunk.read and chunk.problem is None:
+            return True
+        if router.get(session, sub.sub_id) is not sub:
+            return False
+        replay.read_to = chunk.last_read or replay.read_to
+        if chunk.sent:
+            if not replay.running.is_set():
+                await replay.running.wait()
+                if router.get(session, sub.sub_id) is not sub:
+                    return False
+            session.emit(chunk.frames)
+            session.messages_out += chunk.sent
+            replay.sent += chunk.sent
+            replay.last_bm = journal.bookmark(chunk.last_sent)
+        if chunk.problem is not None:
+            raise chunk.problem  # after the good records read before it were sent
+        if outbound.size > WATERMARK:
+            await outbound.wait_below(WATERMARK // 2)
+
+
+async def _send_records(broker: Broker, session: Any, replay: Replay, records: Iterator[Record], rate: Rate | None,
+                        historical: HistoricalReplay | HistoricalPages | None) -> bool:
+    """Send ``records`` one at a time (paced, or decided by a historical query); ``False`` when the subscription
+    went away."""
+    sub = replay.sub
+    journal = broker.journal
+    assert journal is not None
+    parsers: dict[str, Any] = {}
+    while True:
+        chunk, problem = await trio.to_thread.run_sync(_take, records)
+        if not chunk and problem is None:
+            return True
+        if broker.engine.router.get(session, sub.sub_id) is not sub:
+            return False
+        for rec in chunk:
+            replay.read_to = rec.sequence
+            oof: tuple[str, bytes] | None = None
+            if historical is not None:
+                step = historical.decide(rec)
+                if step is None:
+                    continue
+                oof = step if step[0] else None
+            elif rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
+                continue
+            elif sub.filter is not None:
+                try:
+                    if not sub.filter(_parser(broker, parsers, rec.message_type).parse(rec.data)):
+                        continue
+                except BrokerError:
+                    continue
+            if not replay.running.is_set():
+                await replay.running.wait()
+            if rate is not None:
+                await rate.pace(rec)
+            if broker.engine.router.get(session, sub.sub_id) is not sub:
+                return False
+            replay.last_bm = journal.bookmark(rec.sequence)
+            if oof is not None:
+                session.send_publish(rec.topic, sub.sub_id, oof[1], replay.last_bm, rec.sow_key.decode() or None,
+                                     None, command="oof", reason=oof[0])
+                broker.engine.counters.oof.add(oof[0])
+                continue
+            session.send_publish(rec.topic, sub.sub_id, rec.data, replay.last_bm,
+                                 rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
+            replay.sent += 1
+        if problem is not None:
+            raise problem  # after the good records read before it were sent
+        if session.outbound.size > WATERMARK:
+            await session.outbound.wait_below(WATERMARK // 2)
 
 
 def _parser(broker: Broker, parsers: dict[str, Any], message_type: str) -> Any:

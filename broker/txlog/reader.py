@@ -24,10 +24,10 @@ from typing import TypeVar
 from broker.errors import JournalError
 from broker.txlog.bookmarks import ReplayStart
 from broker.txlog.damage import DamageCounter, DamagedRange, load, walk
-from broker.txlog.file_records import first_header, iter_raw, open_journal_file
+from broker.txlog.file_records import first_header, iter_records, open_journal_file
 from broker.txlog.files import JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
-from broker.txlog.records import CorruptRecord, Record, decode_exact, peek_sequence_timestamp
+from broker.txlog.records import CorruptRecord, Record, peek_sequence_timestamp
 
 log = logging.getLogger("broker.txlog")
 
@@ -242,10 +242,10 @@ class JournalReader:
         f = self._with_relocation(jf, open_journal_file)
         with f:
             try:
-                for rec_offset, raw in iter_raw(f, offset):
-                    rec = decode_exact(raw, rec_offset)
-                    if self.index.wants(jf.index, rec_offset):
-                        self.index.note(jf.index, rec.sequence, rec.timestamp_ns, rec_offset)
+                wants, note, index = self.index.wants, self.index.note, jf.index
+                for rec_offset, rec in iter_records(f, offset):
+                    if wants(index, rec_offset):
+                        note(index, rec.sequence, rec.timestamp_ns, rec_offset)
                     last = rec.sequence
                     yield rec
                     if until_sequence is not None and rec.sequence >= until_sequence:

@@ -29,7 +29,7 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(broker.protocol.__all__) == sorted(
         [
             "ACK_BITS", "CLOSED", "DEFAULT_MAX_FRAME_SIZE", "FIELDS", "HEARTBEAT_FRAME", "NEED_DATA", "AckType",
-            "Command", "Connection", "ConnectionStatistics", "DeliveryTemplate", "FieldSpec", "Frame", "Header", "LocalProtocolError",
+            "Command", "Connection", "ConnectionStatistics", "DeliveryRun", "DeliveryTemplate", "FieldSpec", "Frame", "Header", "LocalProtocolError",
             "OofReason", "ProtocolError", "Reason", "RemoteProtocolError", "Sentinel", "Status", "decode_frame",
             "decode_header", "decode_sow_batch", "encode_ack", "encode_frame", "encode_group_begin",
             "encode_group_end", "encode_header", "encode_oof", "encode_publish", "encode_sow_batch",
