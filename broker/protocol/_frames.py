@@ -226,16 +226,14 @@ class DeliveryTemplate:
             :meth:`frame`.
     """
 
-    __slots__ = ("_body", "_first", "_fixed", "_head", "_tail", "_wire")
+    __slots__ = ("_body", "_fixed", "_head", "_tail", "_values")
 
     def __init__(self, command: str, topic: str, body: Buffer, *, reason: str | None = None,
                  bm: str | None = None, k: str | None = None, x: str | None = None) -> None:
-        wire = _wire(command, topic, "", reason, bm, k, x)
         if len(body) > MAX_PAYLOAD:
             raise LocalProtocolError(f"a body of {len(body)} bytes does not fit the 4-byte length prefix")
-        self._wire = wire
+        self._values = (command, topic, reason, bm, k, x)
         self._body = body
-        self._first: tuple[bytes, str] | None = None
         self._head: bytes | None = None
         self._tail = b""
         self._fixed = 0
@@ -243,39 +241,77 @@ class DeliveryTemplate:
     def frame(self, sids: str) -> bytes:
         """The frame for the client whose subscriptions ``sids`` (comma list) the message matches.
 
-        The first call encodes the whole header (what a single client costs anyway); the second splits
-        it around ``sids`` into the parts every later call joins.
+        The first call encodes the header around ``sids`` (two parts every call joins with the quoted
+        ``sids``, quoted once per distinct value: a client's are the same for every message).
 
         Raises:
             LocalProtocolError: ``sids`` or one of the template's values is not a ``str``.
         """
         if type(sids) is not str:
             raise LocalProtocolError(f"sids must be a str, got {type(sids).__name__}")
-        body = self._body
         head = self._head
         if head is None:
-            if self._first is None:
-                wire = self._wire
-                wire["sids"] = sids
-                header = _dumps_checked(wire, 0)
-                self._first = (header, sids)
-                return b"".join((_LEN.pack(len(header) + len(body)), header, body))
-            head = self._split(*self._first)
-        quoted = _quote(sids)
-        return b"".join((_LEN.pack(self._fixed + len(quoted)), head, quoted, self._tail, body))
+            head = self._encode()
+        quoted = _QUOTED.get(sids)
+        if quoted is None:
+            quoted = _quote_sids(sids)
+        return b"".join((_LEN.pack(self._fixed + len(quoted)), head, quoted, self._tail, self._body))
 
-    def _split(self, header: bytes, sids: str) -> bytes:
-        quoted = _quote(sids)
-        cut = header.find(b',"sids":') + 8  # the first: a quote inside a value is escaped
-        if cut >= 8 and header[cut : cut + len(quoted)] == quoted:
-            self._head, self._tail = header[:cut], header[cut + len(quoted) :]
-        else:  # the whole header needed the fallback escaping: encode the halves on their own
-            wire = self._wire
+    def _encode(self) -> bytes:
+        command, topic, reason, bm, k, x = self._values
+        head = _HEADS.get((command, topic))
+        if head is None:
+            head = _plain_head(command, topic)
+        # Values that are plain (see _is_plain) are copied between quotes: every encoder writes them so.
+        plain = bool(head)
+        tail = ""
+        if not (reason is None and bm is None and k is None and x is None):
+            for name, value in (("reason", reason), ("bm", bm), ("k", k), ("x", x)):
+                if value is not None:
+                    plain = plain and type(value) is str and _is_plain(value)
+                    tail = f'{tail},"{name}":"{value}"'
+        if plain:
+            self._tail = f"{tail}}}".encode()
+        else:  # anything else: the general encoder, the parts before and after sids on their own
+            wire = _wire(command, topic, "", reason, bm, k, x)
             rest = {key: value for key, value in wire.items() if key not in ("c", "t", "sids")}
-            self._head = _dumps_checked({"c": wire["c"], "t": wire["t"]}, 0)[:-1] + b',"sids":'
+            head = _dumps_checked({"c": command, "t": topic}, 0)[:-1] + b',"sids":'
             self._tail = b"," + _dumps_checked(rest, 0)[1:] if rest else b"}"
-        self._fixed = len(self._head) + len(self._tail) + len(self._body)
-        return self._head
+        self._head = head
+        self._fixed = len(head) + len(self._tail) + len(self._body)
+        return head
+
+
+def _is_plain(text: str) -> bool:
+    """Whether ``text`` is printable ASCII without ``"``, ``\\``, ``[`` or ``{``: a header value every encoder
+    writes between quotes as it is (nothing to escape, nothing for :func:`_dumps_checked`'s check to see)."""
+    return (text.isascii() and text.isprintable() and '"' not in text and "\\" not in text and "[" not in text
+            and "{" not in text)
+
+
+#: (command, topic) -> the header up to ``"sids":`` when both are plain, else ``b""``. Bounded.
+_HEADS: dict[tuple[str, str], bytes] = {}
+#: ``sids`` values quoted so far (a client's subscription ids repeat for every message). Bounded.
+_QUOTED: dict[str, bytes] = {}
+_CACHE_MAX = 8192
+
+
+def _plain_head(command: str, topic: str) -> bytes:
+    head = b""
+    if type(command) is str and type(topic) is str and _is_plain(command) and _is_plain(topic):
+        head = f'{{"c":"{command}","t":"{topic}","sids":'.encode()
+    if len(_HEADS) >= _CACHE_MAX:
+        _HEADS.clear()
+    _HEADS[(command, topic)] = head
+    return head
+
+
+def _quote_sids(sids: str) -> bytes:
+    quoted = _quote(sids)
+    if len(_QUOTED) >= _CACHE_MAX:
+        _QUOTED.clear()
+    _QUOTED[sids] = quoted
+    return quoted
 
 
 #: Bytes that a header value may hold for the fast paths to copy it between quotes as is: printable ASCII

@@ -61,22 +61,36 @@ class Outbound:
         self._chunks: list[bytes] = []
         self.size = 0
         self._ready = trio.Event()
+        #: Whether the writer waits on ``_ready`` (only then does :meth:`put` need to set it).
+        self._idle = False
         self._drained = trio.Event()
         self.closed = False
         self.overflowed = False
         self.bytes_out = 0
 
-    def put(self, data: bytes) -> None:
-        """Queue one encoded frame. Never blocks; marks the buffer overflowed past the limit."""
+    def put(self, data: bytes) -> bool:
+        """Queue one encoded frame (or several, joined). Never blocks; marks the buffer overflowed past the limit.
+
+        Returns:
+            Whether the caller must act (one check on the delivery path instead of two): the buffer overflowed
+            (:attr:`overflowed`: the client is slow), or the broker-wide budget is over its limit.
+        """
         if self.closed:
-            return
+            return False
+        size = len(data)
         self._chunks.append(data)
-        self.size += len(data)
-        self.budget.output += len(data)
+        self.size += size
+        budget = self.budget
+        budget.output += size
+        if self._idle:  # wake the writer once per batch, not once per frame
+            self._idle = False
+            self._ready.set()
         if self.size > self.limit:
             self.overflowed = True
             self.closed = True
-        self._ready.set()
+            self._ready.set()
+            return True
+        return 0 < budget.limit < budget.input + budget.output
 
     async def wait_below(self, watermark: int) -> None:
         """Wait until at most ``watermark`` bytes are queued (flow control for long query results)."""
@@ -99,7 +113,11 @@ class Outbound:
                 if self.closed:
                     return
                 self._ready = trio.Event()
-                await self._ready.wait()
+                self._idle = True
+                try:
+                    await self._ready.wait()
+                finally:
+                    self._idle = False
                 continue
             if self.overflowed:
                 raise SlowClient()

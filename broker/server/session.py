@@ -136,11 +136,11 @@ class Session:
             self._hold(frame)
             return
         outbound = self.outbound
-        outbound.put(frame)
-        if outbound.overflowed:
-            self._offline()
-        elif outbound.budget.over:
-            self.broker.shed_consumers()
+        if outbound.put(frame):
+            if outbound.overflowed:
+                self._offline()
+            elif outbound.budget.over:
+                self.broker.shed_consumers()
 
     def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
                      x: str | None, command: str = "p", reason: str | None = None) -> None:
