@@ -294,8 +294,11 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         position = start
         while True:
             until = min(cut, journal.durable_sequence)
-            records: Iterator[Record] = await trio.to_thread.run_sync(
-                partial(journal.replay, position, until_sequence=until))
+            if encoder is not None:
+                records: Iterator[Any] = await trio.to_thread.run_sync(
+                    partial(journal.reader().runs, position, until_sequence=until))
+            else:
+                records = await trio.to_thread.run_sync(partial(journal.replay, position, until_sequence=until))
             try:
                 if encoder is not None:
                     going = await _send_encoded(broker, session, replay, records, encoder)
@@ -355,16 +358,17 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             historical.close()
 
 
-async def _send_encoded(broker: Broker, session: Any, replay: Replay, records: Iterator[Record],
+async def _send_encoded(broker: Broker, session: Any, replay: Replay, runs: Iterator[list[Record]],
                         encoder: ChunkEncoder) -> bool:
-    """Send ``records`` encoded a chunk at a time in a worker thread; ``False`` when the subscription went away."""
+    """Send the records of ``runs`` encoded a chunk at a time in a worker thread; ``False`` when the subscription
+    went away."""
     sub = replay.sub
     journal = broker.journal
     assert journal is not None
     router = broker.engine.router
     outbound = session.outbound
     while True:
-        chunk = await trio.to_thread.run_sync(encoder.take, records)
+        chunk = await trio.to_thread.run_sync(encoder.take, runs)
         if not chunk.read and chunk.problem is None:
             return True
         if router.get(session, sub.sub_id) is not sub:

@@ -1,6 +1,6 @@
 """A bookmark replay's journal records turned into delivery frames in a worker thread, a chunk at a time.
 
-The worker reads records, keeps those the subscription gets (published to a matching topic, passing its
+The worker reads runs of records (:meth:`~broker.txlog.reader.JournalReader.runs`), keeps those the subscription gets (published to a matching topic, passing its
 filter) and encodes their frames into one buffer (:class:`~broker.protocol.DeliveryRun`); the event loop
 then queues the whole chunk with one ``emit``. So the loop spends a few microseconds per chunk instead of a
 frame encode and a queue operation per record, and the reading, filtering and encoding (most of a replay's
@@ -69,9 +69,13 @@ class ChunkEncoder:
         self._message_type = message_type
         self._parsers: dict[str, Any] = {}
         self._first = True
+        #: The run being encoded, and how far.
+        self._pending: list[Record] = []
+        self._at = 0
 
-    def take(self, records: Iterator[Record]) -> Chunk:
-        """Read the next chunk of ``records`` and encode what the subscription gets."""
+    def take(self, runs: Iterator[list[Record]]) -> Chunk:
+        """Read the next chunk from ``runs`` (:meth:`~broker.txlog.reader.JournalReader.runs`; what a chunk
+        leaves of a run is kept for the next) and encode what the subscription gets."""
         limit = FIRST_CHUNK_RECORDS if self._first else CHUNK_RECORDS
         self._first = False
         run = self.run
@@ -79,24 +83,32 @@ class ChunkEncoder:
         topics = self._topics
         predicate = self._predicate
         publishes = _PUBLISHES
+        pending, at = self._pending, self._at
         read = last_read = last_sent = 0
         problem: JournalError | None = None
         try:
-            for rec in records:
-                read += 1
-                last_read = rec.sequence
-                if rec.command in publishes:
-                    topic = rec.topic
-                    ok = topics.get(topic)
-                    if ok is None:
-                        ok = topics[topic] = bool(self._matches(topic))
-                    if ok and (predicate is None or self._passes(rec)):
-                        add(topic, rec.data, last_read, rec.sow_key, rec.correlation_id)
-                        last_sent = last_read
-                if read >= limit or run.bytes >= CHUNK_BYTES:
-                    break
+            while read < limit and run.bytes < CHUNK_BYTES:
+                if at >= len(pending):
+                    pending, at = next(runs, []), 0
+                    if not pending:
+                        break
+                for rec in pending[at : at + limit - read]:
+                    at += 1
+                    read += 1
+                    last_read = rec.sequence
+                    if rec.command in publishes:
+                        topic = rec.topic
+                        ok = topics.get(topic)
+                        if ok is None:
+                            ok = topics[topic] = bool(self._matches(topic))
+                        if ok and (predicate is None or self._passes(rec)):
+                            add(topic, rec.data, last_read, rec.sow_key, rec.correlation_id)
+                            last_sent = last_read
+                            if run.bytes >= CHUNK_BYTES:
+                                break
         except JournalError as exc:
             problem = exc
+        self._pending, self._at = pending, at
         sent = run.count
         return Chunk(run.take(), sent, read, last_read, last_sent, problem)
 

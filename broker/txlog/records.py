@@ -254,12 +254,12 @@ def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[Record
     """
     if type(buf) is bytes:
         return decode_at(buf, offset, offset)
-    view = memoryview(buf)
-    length = record_length(view[offset : offset + MIN_HEADER_SIZE], offset)
+    # No memoryview of buf here: one kept alive by an exception's traceback would keep an mmap from closing.
+    length = record_length(bytes(buf[offset : offset + MIN_HEADER_SIZE]), offset)
     end = offset + length
-    if end > len(view):
-        raise CorruptRecord(offset, f"record of {length} bytes but only {len(view) - offset} left", truncated=True)
-    return decode_at(bytes(view[offset:end]), 0, offset)[0], end
+    if end > len(buf):
+        raise CorruptRecord(offset, f"record of {length} bytes but only {len(buf) - offset} left", truncated=True)
+    return decode_at(bytes(buf[offset:end]), 0, offset)[0], end
 
 
 def decode_exact(rec: bytes, offset: int = 0) -> Record:
@@ -284,20 +284,24 @@ _crc_extend = google_crc32c.extend
 _new_record = tuple.__new__
 
 
-def _text(raw: bytes, offset: int) -> str:
-    """``raw`` as UTF-8 text (cached in :data:`_TEXTS`).
-
-    Raises:
-        CorruptRecord: ``raw`` is not UTF-8.
-    """
+def _text(raw: bytes) -> str | None:
+    """``raw`` as UTF-8 text (cached in :data:`_TEXTS`); ``None`` when it is not UTF-8."""
     try:
         text = raw.decode()
-    except UnicodeDecodeError as exc:
-        raise CorruptRecord(offset, f"text field is not UTF-8: {exc}") from None
+    except UnicodeDecodeError:
+        return None
     if len(_TEXTS) >= _TEXTS_MAX:
         _TEXTS.clear()
     _TEXTS[raw] = text
     return text
+
+
+def _not_utf8(offset: int, raw: bytes) -> CorruptRecord:
+    try:
+        raw.decode()
+    except UnicodeDecodeError as exc:
+        return CorruptRecord(offset, f"text field is not UTF-8: {exc}")
+    raise AssertionError("valid UTF-8")  # pragma: no cover - only called after the decode failed
 
 
 #: Record length -> the CRC32C of its 4 bytes (the start of every record's CRC). Bounded like :data:`_TEXTS`.
@@ -314,7 +318,7 @@ def _length_crc(length: int) -> int:
 
 def decode_at(buf: bytes, pos: int, offset: int) -> tuple[Record, int]:
     """Decode the record at ``pos`` in ``buf`` with every check of :func:`record_length` and the CRC, without
-    copying the record out first (the readers' hot path: one call per record).
+    copying the record out first.
 
     Args:
         buf: Bytes holding the record (a file's read buffer).
@@ -328,45 +332,96 @@ def decode_at(buf: bytes, pos: int, offset: int) -> tuple[Record, int]:
         CorruptRecord: ``buf`` ends inside the record (``truncated=True``: read more, or a torn tail), the
             header is inconsistent, the CRC does not match or a text field is not UTF-8.
     """
-    if len(buf) - pos < MIN_HEADER_SIZE:
-        raise CorruptRecord(offset, f"only {len(buf) - pos} of {MIN_HEADER_SIZE} header bytes", truncated=True)
-    (length, crc, seq, ts, phash, pseq, cmd, version, tlen, klen, mlen, _r1, clen, _r2, dlen) = _HEADER.unpack_from(
-        buf, pos
-    )
-    if version == FORMAT_VERSION:
-        start = pos + HEADER_SIZE
-    elif version == 1:
-        start = pos + MIN_HEADER_SIZE
-    else:
-        raise CorruptRecord(offset, f"unknown format version {version}")
-    end = start + tlen + klen + mlen + clen + dlen
-    if end - pos != length or length > MAX_RECORD_SIZE:
-        raise CorruptRecord(offset, f"length {length} does not match the field lengths")
-    command = _COMMANDS.get(cmd)
-    if command is None:
-        raise CorruptRecord(offset, f"unknown command code {cmd}")
-    if end > len(buf):
-        raise CorruptRecord(offset, f"record of {length} bytes but only {len(buf) - pos} left", truncated=True)
-    # The CRC covers the length, then everything after the CRC field. google_crc32c only accepts bytes, hence
-    # a slice (a copy) rather than a memoryview; the length's part is looked up (records repeat lengths).
-    head = _LENGTH_CRC.get(length)
-    if head is None:
-        head = _length_crc(length)
-    actual = _crc_extend(head, buf[pos + 8 : end])
-    if actual != crc:
-        raise CorruptRecord(offset, f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
-    expiration = _EXPIRATION.unpack_from(buf, pos + MIN_HEADER_SIZE)[0] if version == FORMAT_VERSION else 0
-    at = start + tlen
-    raw = buf[start:at]
-    topic = _TEXTS.get(raw) or _text(raw, offset)
-    key = buf[at : at + klen]
-    at += klen
-    raw = buf[at : at + mlen]
-    mtype = _TEXTS.get(raw) or _text(raw, offset)
-    at += mlen
-    corr = buf[at : at + clen]
-    data = buf[at + clen : end]
-    return _new_record(Record, (seq, ts, command, topic, data, key, phash, pseq, mtype, corr, expiration)), end
+    records, _offsets, end, problem = decode_run(buf, pos, offset - pos, 1)
+    if records:
+        return records[0], end
+    if problem is None:
+        raise CorruptRecord(offset, f"only 0 of {MIN_HEADER_SIZE} header bytes", truncated=True)
+    raise problem
+
+
+def decode_run(buf: bytes, pos: int, base: int, most: int = -1
+               ) -> tuple[list[Record], list[int], int, CorruptRecord | None]:
+    """Decode the records from ``pos`` in ``buf`` until its end or the first that is not valid, in place (no
+    copy of each record first) and in one loop (no call per record): the readers' hot path.
+
+    Every record gets every check of :func:`record_length` and its CRC.
+
+    Args:
+        buf: Bytes holding records (a file's read buffer).
+        pos: Where the first record starts in ``buf``.
+        base: The file offset of ``buf[0]`` (records' offsets are ``base`` + their position).
+        most: Decode at most this many records (-1: no limit).
+
+    Returns:
+        ``(records, offsets, end, problem)``: the records decoded, their offsets in the file, the position in
+        ``buf`` after the last, and what stopped the run before the end of ``buf`` (``None`` when ``buf`` ends
+        exactly after a record): a :class:`CorruptRecord` at ``end`` that is ``truncated`` when ``buf`` ends
+        inside the record (read more, or a torn tail), else an inconsistent header, a CRC that does not
+        match or a text field that is not UTF-8.
+    """
+    records: list[Record] = []
+    offsets: list[int] = []
+    add_record = records.append
+    add_offset = offsets.append
+    size = len(buf)
+    unpack = _HEADER.unpack_from
+    commands = _COMMANDS
+    texts = _TEXTS
+    length_crcs = _LENGTH_CRC
+    extend = _crc_extend
+    new = _new_record
+    while most:
+        most -= 1
+        offset = base + pos
+        if size - pos < MIN_HEADER_SIZE:
+            if size == pos:
+                return records, offsets, pos, None
+            return records, offsets, pos, CorruptRecord(
+                offset, f"only {size - pos} of {MIN_HEADER_SIZE} header bytes", truncated=True)
+        (length, crc, seq, ts, phash, pseq, cmd, version, tlen, klen, mlen, _r1, clen, _r2, dlen) = unpack(buf, pos)
+        if version == FORMAT_VERSION:
+            start = pos + HEADER_SIZE
+        elif version == 1:
+            start = pos + MIN_HEADER_SIZE
+        else:
+            return records, offsets, pos, CorruptRecord(offset, f"unknown format version {version}")
+        end = start + tlen + klen + mlen + clen + dlen
+        if end - pos != length or length > MAX_RECORD_SIZE:
+            return records, offsets, pos, CorruptRecord(offset, f"length {length} does not match the field lengths")
+        command = commands.get(cmd)
+        if command is None:
+            return records, offsets, pos, CorruptRecord(offset, f"unknown command code {cmd}")
+        if end > size:
+            return records, offsets, pos, CorruptRecord(
+                offset, f"record of {length} bytes but only {size - pos} left", truncated=True)
+        # The CRC covers the length, then everything after the CRC field. google_crc32c only accepts bytes,
+        # hence a slice (a copy) rather than a memoryview; the length's part is looked up (lengths repeat).
+        head = length_crcs.get(length)
+        if head is None:
+            head = _length_crc(length)
+        actual = extend(head, buf[pos + 8 : end])
+        if actual != crc:
+            return records, offsets, pos, CorruptRecord(
+                offset, f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
+        at = start + tlen
+        raw = buf[start:at]
+        topic = texts.get(raw)
+        if topic is None and (topic := _text(raw)) is None:
+            return records, offsets, pos, _not_utf8(offset, raw)
+        key = buf[at : at + klen]
+        at += klen
+        raw = buf[at : at + mlen]
+        mtype = texts.get(raw)
+        if mtype is None and (mtype := _text(raw)) is None:
+            return records, offsets, pos, _not_utf8(offset, raw)
+        at += mlen
+        add_record(new(Record, (seq, ts, command, topic, buf[at + clen : end], key, phash, pseq, mtype,
+                                buf[at : at + clen],
+                                _EXPIRATION.unpack_from(buf, pos + MIN_HEADER_SIZE)[0] if version == FORMAT_VERSION else 0)))
+        add_offset(offset)
+        pos = end
+    return records, offsets, pos, None
 
 
 def peek_sequence_timestamp(header: bytes | memoryview) -> tuple[int, int]:

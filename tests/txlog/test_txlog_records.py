@@ -188,15 +188,15 @@ def _fused(buf: bytes, chunk: int) -> tuple[list[tuple[int, Record]], tuple[int,
     from broker.txlog import file_records
 
     out = []
-    saved = file_records.CHUNK
-    file_records.CHUNK = chunk  # small reads: records straddle the read buffer's refills
+    saved = file_records.CHUNK, file_records.FIRST_CHUNK
+    file_records.CHUNK = file_records.FIRST_CHUNK = chunk  # small reads: records straddle the refills
     try:
         for item in file_records.iter_records(io.BytesIO(buf)):
             out.append(item)
     except CorruptRecord as exc:
         return out, (exc.offset, exc.truncated)
     finally:
-        file_records.CHUNK = saved
+        file_records.CHUNK, file_records.FIRST_CHUNK = saved
     return out, None
 
 
