@@ -16,7 +16,7 @@ from broker.engine.acks import requested_acks
 from broker.engine.aggregate import AggregatePlan, aggregation_of
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
-from broker.sow.record import SowRecord
+from broker.sow.record import RECORD_HEAD, SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic, check_batch_size
 from broker.txlog.bookmarks import parse_timestamp
@@ -47,6 +47,11 @@ SORT_RUN = 8192
 #: ``skip_n + top_n`` up to which an OrderBy query keeps only that many candidates (pruned as it scans);
 #: larger ones sort everything.
 MAX_HEAP_TOP = 4096
+#: No sort key yet (``None`` can be one).
+_NONE: Any = object()
+
+#: A result record as stored: ``(topic, key, value, message)`` (see :meth:`QueryPlan.rows`).
+Row = tuple[SowTopic, bytes, bytes, Any]
 
 
 @dataclass
@@ -81,45 +86,48 @@ class QueryPlan:
         """Whether every part is served by key lookups (no scan at all)."""
         return self.keys is not None or all(p.keys is not None for p in self.parts)
 
+    def lookup_count(self) -> int | None:
+        """How many keys the plan fetches when it does not scan (:attr:`lookups`), else ``None``."""
+        if self.keys is not None:
+            return len(self.keys) * len(self.parts)
+        if not self.lookups:
+            return None
+        return sum(len(p.keys or ()) for p in self.parts)
+
     def close(self) -> None:
         """Release the snapshots."""
         for part in self.parts:
             part.snapshot.close()
 
-    def _matches(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+    def rows(self) -> Iterator[Row | None]:
+        """The result records as stored, in order, after skip_n and top_n: ``(topic, key, value, message)``
+        with ``key`` and ``value`` the stored bytes and ``message`` the lazy message the filter or OrderBy
+        read (``None`` when neither did); :data:`PAUSE` (``None``) at least every :data:`PAUSE_EVERY` records
+        read and between the steps of a sort.
+
+        The query's hot path, meant for a worker thread (:mod:`broker.server.querystream`): it reads only the
+        snapshots, the filter and the OrderBy, never state the event loop changes, and builds no
+        :class:`SowRecord`. The pauses let the thread notice a cancelled query during a scan that matches
+        nothing. Without OrderBy the order is by topic (in configuration order), then by SOW key. With OrderBy
+        the sort is stable (ties keep that order); ``top_n`` keeps only the best ``skip_n + top_n``
+        candidates, and a record that cannot beat the worst of them is dropped as it is read.
+
+        Counts the query in each topic's statistics when called (on the event loop), not when iterated.
+        """
         for part in self.parts:
-            keys = self.keys if self.keys is not None else part.keys
-            topic = part.topic
-            for item in topic.query(part.snapshot, predicate=self.predicate, keys=keys, now_ns=self.now_ns,
-                                    pause_every=PAUSE_EVERY):
-                if item is None:
-                    yield PAUSE
-                    continue
-                self.matched += 1
-                yield topic, item[0], item[1]
+            part.topic.stats.queries += 1
+        return self._rows()
 
-    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
-        """``(topic, record, message)`` for the result records in order, after skip_n and top_n.
-
-        Without OrderBy the order is by topic (in configuration order), then by SOW key. With OrderBy
-        the sort is stable (ties keep that order) and ``message`` is a lazy wrapper of the record data.
-        """
-        return (item for item in self.steps() if item is not PAUSE)
-
-    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
-        """:meth:`records`, with :data:`PAUSE` (``None``) between them at least every :data:`PAUSE_EVERY`
-        records read and between the steps of a sort, none of which is long: a caller on the event loop
-        (the session streaming a query) lets other clients run at a pause once its time slice is used.
-        Nothing here holds the loop in one step: the scan pauses whatever the filter matches; ``top_n``
-        with OrderBy keeps a bounded candidate list pruned to the best ``skip_n + top_n``; a full sort
-        sorts runs of :data:`SORT_RUN` records and merges them lazily.
-        """
-        stream = self._matches()
+    def _rows(self) -> Iterator[Row | None]:
+        stream = self._scan()
         stop = None if self.top_n is None else self.skip_n + self.top_n
         if self.order_by is not None:
-            ordered = yield from self._ordered(stream, stop)
-            stream = ((t, r, t.message_type.lazy(r.data)) for _k, _i, t, r in ordered)
+            stream = yield from self._ordered(stream, stop)
         limit = self.top_n
+        if limit is None and not self.skip_n:  # every match, as it comes: no per-record bookkeeping here
+            yield from stream
+            self.returned = self.matched
+            return
         # Past top_n the scan goes on only to count topic_matches (count_all, as a stats ack reports it).
         count_on = self.count_all and self.order_by is None
         if limit == 0 and not count_on:
@@ -139,37 +147,95 @@ class QueryPlan:
             if limit is not None and self.returned >= limit and not count_on:
                 return
 
-    def _ordered(self, stream: Iterator[tuple[SowTopic, SowRecord, Any] | None],
-                 stop: int | None) -> Generator[None, None, Iterable[tuple[Any, int, SowTopic, SowRecord]]]:
+    def _scan(self) -> Iterator[Row | None]:
+        """Every record that passes expiry and the filter, in topic then key order, with pauses.
+
+        The innermost loop of every query (a million turns for a million records): the stored value's header
+        is unpacked inline rather than through :class:`SowRecord`, and the filter's bare ``match`` is called.
+        """
+        unpack, head = RECORD_HEAD.unpack_from, RECORD_HEAD.size
+        predicate = getattr(self.predicate, "match", self.predicate)
+        needs_message = predicate is not None or self.order_by is not None
+        now_ns = self.now_ns
+        n = 0
+        for part in self.parts:
+            topic = part.topic
+            lazy = topic.message_type.lazy
+            keys = self.keys if self.keys is not None else part.keys
+            for key, value in topic.stored(part.snapshot, keys):
+                n += 1
+                if n == PAUSE_EVERY:
+                    n = 0
+                    yield PAUSE
+                _ts, _seq, expire_at, lbm, lx = unpack(value)
+                if now_ns and expire_at and expire_at <= now_ns:
+                    continue
+                if not needs_message:
+                    self.matched += 1
+                    yield topic, key, value, None
+                    continue
+                msg = lazy(value[head + lbm + lx:])
+                if predicate is None or predicate(msg):
+                    self.matched += 1
+                    yield topic, key, value, msg
+
+    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
+        """``(topic, record, message)`` for the result records in order, after skip_n and top_n (the
+        order of :meth:`rows`; ``message`` is a lazy wrapper of the record data)."""
+        return (item for item in self.steps() if item is not PAUSE)
+
+    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+        """:meth:`records`, with the :data:`PAUSE` marks of :meth:`rows`: for callers that stream on the event
+        loop in slices (a query whose records are tested one by one against loop state: the difference a
+        replacing subscription sends)."""
+        decode = SowRecord.decode
+        for item in self.rows():
+            if item is PAUSE:
+                yield PAUSE
+                continue
+            topic, key, value, msg = item
+            rec = decode(key.decode(), value)
+            yield topic, rec, msg if msg is not None else topic.message_type.lazy(rec.data)
+
+    def _ordered(self, stream: Iterator[Row | None], stop: int | None) -> Generator[None, None, Iterable[Row]]:
         """Sort the matches by OrderBy (yielding :data:`PAUSE` between steps); returns them in order.
 
-        Entries are ``(key, tie-break, topic, record)``: the parsed message is dropped so the held result
-        is the record data once, not twice, and the tie-break keeps the sort stable.
+        Entries are ``(key, tie-break, topic, key, value)``: the parsed message is dropped so the held result
+        is the stored value once, and the tie-break keeps the sort stable. With ``stop`` (``skip_n + top_n``)
+        up to :data:`MAX_HEAP_TOP` only the best ``stop`` are kept: once that many are held, a record whose
+        sort key is not below the worst of them cannot enter (a later record loses ties) and costs one
+        comparison; the candidates are pruned back to ``stop`` whenever they reach twice that.
         """
         assert self.order_by is not None
         sort_key = self.order_by.sort_key
         counter = 0
-        held: list[tuple[Any, int, SowTopic, SowRecord]] = []
+        held: list[tuple[Any, int, SowTopic, bytes, bytes]] = []
         bounded = stop is not None and stop <= MAX_HEAP_TOP
         prune_at = max(2 * stop, SORT_RUN) if bounded and stop is not None else 0
+        worst: Any = _NONE
         for item in stream:
             if item is PAUSE:
                 yield PAUSE
                 continue
-            topic, rec, msg = item
-            held.append((sort_key(msg), counter, topic, rec))
+            topic, key, value, msg = item
+            sk = sort_key(msg)
+            if worst is not _NONE and not sk < worst:
+                continue
+            held.append((sk, counter, topic, key, value))
             counter += 1
             if bounded and len(held) >= prune_at:
                 held = heapq.nsmallest(stop, held)  # the best stop so far; bounded memory and step
+                if stop and len(held) == stop:
+                    worst = held[-1][0]
                 yield PAUSE
         if bounded:
-            return heapq.nsmallest(stop, held)
+            return ((t, k, v, None) for _s, _i, t, k, v in heapq.nsmallest(stop, held))
         runs = []
         for start in range(0, len(held), SORT_RUN):
             runs.append(sorted(held[start:start + SORT_RUN]))
             yield PAUSE
         del held
-        return heapq.merge(*runs)
+        return ((t, k, v, None) for _s, _i, t, k, v in heapq.merge(*runs))
 
 
 def plan_query(

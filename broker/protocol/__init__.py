@@ -11,7 +11,8 @@ Receiving::
 Sending: ``encode_ack``, ``encode_publish``, ``encode_oof``, ``encode_group_begin``/``_end``,
 ``encode_sow_batch``, ``HEARTBEAT_FRAME`` and the general ``encode_frame``; each returns the bytes
 of one frame. ``DeliveryTemplate`` encodes one message's header once for many clients;
-``encode_sow_records`` is the query results' fast form of ``encode_sow_batch``. Nothing in this package imports trio or the server.
+``encode_sow_records`` is the query results' fast form of ``encode_sow_batch``, ``encode_sow_parts`` the frame
+around records already encoded. Nothing in this package imports trio or the server.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ from broker.protocol._frames import (
     encode_publish,
 )
 from broker.protocol._header import Header, decode_header, encode_header, escape_string
-from broker.protocol._sow_batch import decode_sow_batch, encode_sow_batch, encode_sow_records
+from broker.protocol._sow_batch import (
+    decode_sow_batch,
+    encode_sow_batch,
+    encode_sow_parts,
+    encode_sow_records,
+)
 from broker.protocol.constants import ACK_BITS, AckType, Command, OofReason, Reason, Status, parse_ack_types
 
 __all__ = [
@@ -77,6 +83,7 @@ __all__ = [
     "encode_oof",
     "encode_publish",
     "encode_sow_batch",
+    "encode_sow_parts",
     "encode_sow_records",
     "escape_string",
     "parse_ack_types",

@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 
 from broker.errors import LocalProtocolError, RemoteProtocolError
-from broker.protocol._frames import Frame, _frame
+from broker.protocol._frames import _LEN, MAX_PAYLOAD, Frame, _frame
 from broker.protocol._header import _EMIT, Buffer, Header, decode_header, dumps_flat, encode_header
 
-__all__ = ["decode_sow_batch", "encode_sow_batch", "encode_sow_records"]
+__all__ = ["decode_sow_batch", "encode_sow_batch", "encode_sow_parts", "encode_sow_records"]
 
 _RECORD_FIELDS = ("t", "k", "bm", "ts", "x")
 
@@ -132,6 +132,36 @@ def encode_sow_records(outer: Mapping[str, Any], records: Sequence[tuple[str, st
         append(inner)
         append(data)
     return _frame(b"", b"".join(parts))
+
+
+def encode_sow_parts(outer: Mapping[str, Any] | bytes, parts: Sequence[Buffer]) -> bytes:
+    """Encode a ``sow`` frame whose records are already encoded: inner header, data, inner header, data...
+
+    For query results formatted by :class:`broker.sow.record.WireRecords` (in a worker thread, straight from
+    the stored values): the caller guarantees the inner headers are uniform and their ``l`` exact.
+
+    Args:
+        outer: The outer header (``query_id`` required), as for :func:`encode_sow_batch`; or that header
+            already encoded (``encode_header({"c": "sow", ...})``, reused for many frames).
+        parts: The encoded records.
+
+    Raises:
+        LocalProtocolError: No records, no ``query_id``, or more than a frame can carry.
+    """
+    if not parts:
+        raise LocalProtocolError(
+            "a sow batch needs at least one record; an empty result is group_begin + group_end"
+        )
+    if isinstance(outer, bytes):
+        header = outer
+    else:
+        if outer.get("query_id") is None:
+            raise LocalProtocolError("a sow batch needs query_id: the client routes sow frames by it, not by cid")
+        header = encode_header({"c": "sow", **outer})
+    size = len(header) + sum(map(len, parts))
+    if size > MAX_PAYLOAD:
+        raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix")
+    return b"".join([_LEN.pack(size), header, *parts])
 
 
 def decode_sow_batch(frame: Frame) -> list[tuple[Header, bytes]]:

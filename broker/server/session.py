@@ -11,6 +11,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import trio
 
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
+from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
@@ -32,6 +34,7 @@ from broker.protocol import (
 )
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Outbound, SlowClient
+from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import read_some, socket_fd
 from broker.stats.snapshot import ClientStats
@@ -674,35 +677,15 @@ class Session:
                 extras["sub_id"] = sub.sub_id
             self.ack(header, acks, "processed", now=True, **extras)
             self.send({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
-            outer = {"c": "sow", "cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
-            batch: list[tuple[str, str, str, str, str, bytes]] = []
+            outer = {"cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
             watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
-            # Streamed in slices of QUERY_SLICE_SECONDS of loop time: between them other clients run (the
-            # scan, filter and sort pause at least every few hundred records, see QueryPlan.steps); this
-            # client's live messages stay held until group_end, and its later commands wait for this one.
-            steps = plan.steps() if hasattr(plan, "steps") else plan.records()
-            # BatchSize is the most records a frame may carry (any count up to it works with the official
-            # client): frames of at most QUERY_FRAME_RECORDS keep one frame's encoding to about a millisecond.
-            batch_size = min(batch_size, QUERY_FRAME_RECORDS)
-            slice_end = perf_counter() + QUERY_SLICE_SECONDS
-            for item in steps:
-                if item is not None:
-                    topic, rec, _msg = item
-                    batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
-                                  rec.correlation_id, rec.data))
-                    returned += 1
-                    if len(batch) >= batch_size:
-                        # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                        self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
-                        batch = []
-                        if self.outbound.size > watermark:
-                            await self.outbound.wait_below(watermark // 2)
-                            slice_end = perf_counter() + QUERY_SLICE_SECONDS
-                if perf_counter() >= slice_end:
-                    await trio.sleep(0)
-                    slice_end = perf_counter() + QUERY_SLICE_SECONDS
-            if batch:
-                self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
+            if isinstance(plan, QueryPlan):
+                # Scanned, sorted and encoded in a worker thread; the loop only queues the frames. This
+                # client's live messages stay held until group_end; its later commands wait for this one.
+                await stream_query(self, plan, outer, batch_size, watermark)
+                returned = plan.returned
+            else:
+                returned = await self._sow_on_loop(plan, outer, batch_size, watermark)
             self.send({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
             if begin_replay is not None:
                 begin_replay()
@@ -722,6 +705,39 @@ class Session:
                 self._held_bytes = 0
                 for frame in held or ():
                     self.emit(frame, now=True)
+
+    async def _sow_on_loop(self, plan: Any, outer: dict[str, Any], batch_size: int, watermark: int) -> int:
+        """Stream a query whose records are tested against loop state (a replacing subscription's difference)
+        or already in memory (an aggregated query) on the event loop, in slices of QUERY_SLICE_SECONDS: between
+        them other clients run (the scan and sort pause every few hundred records, see QueryPlan.steps).
+        Returns the records sent."""
+        outer = {"c": "sow", **outer}
+        batch: list[tuple[str, str, str, str, str, bytes]] = []
+        returned = 0
+        steps = plan.steps() if hasattr(plan, "steps") else plan.records()
+        # BatchSize is the most records a frame may carry (any count up to it works with the official
+        # client): frames of at most QUERY_FRAME_RECORDS keep one frame's encoding to about a millisecond.
+        batch_size = min(batch_size, QUERY_FRAME_RECORDS)
+        slice_end = perf_counter() + QUERY_SLICE_SECONDS
+        for item in steps:
+            if item is not None:
+                topic, rec, _msg = item
+                batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
+                              rec.correlation_id, rec.data))
+                returned += 1
+                if len(batch) >= batch_size:
+                    # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
+                    self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
+                    batch = []
+                    if self.outbound.size > watermark:
+                        await self.outbound.wait_below(watermark // 2)
+                        slice_end = perf_counter() + QUERY_SLICE_SECONDS
+            if perf_counter() >= slice_end:
+                await trio.sleep(0)
+                slice_end = perf_counter() + QUERY_SLICE_SECONDS
+        if batch:
+            self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
+        return returned
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         if header.get("bookmark") and not body and not header.get("filter"):
@@ -745,18 +761,15 @@ class Session:
             self._persisted_after(after if after > before else 0, header, acks)
 
     async def _delete_by_filter(self, header: Mapping[str, Any], logged: bool) -> tuple[int, int]:
-        """A ``sow_delete`` by filter: the scan over a snapshot in slices of loop time (other clients run
-        between them; this client's later commands wait), then the records that still match deleted in one
-        step. Returns (matches, records deleted)."""
+        """A ``sow_delete`` by filter: the scan over a snapshot in a query thread (other clients run meanwhile;
+        this client's later commands wait), then the records that still match deleted in one step on the loop.
+        Returns (matches, records deleted)."""
         topic, text = header.get("topic") or "", header.get("filter")
-        keys: list[str] = []
-        slice_end = perf_counter() + QUERY_SLICE_SECONDS
-        for key in self.engine.delete_candidates(topic, text):
-            if key is not None:
-                keys.append(key)
-            if perf_counter() >= slice_end:
-                await trio.sleep(0)
-                slice_end = perf_counter() + QUERY_SLICE_SECONDS
+        candidates = self.engine.delete_candidates(topic, text)
+        try:
+            keys = await run_stoppable(partial(collect_keys, candidates))
+        finally:
+            candidates.close()  # on the loop: releases the snapshot if the scan stopped early
         if logged and self.broker.journal_disk_full:  # it may have filled while the scan ran
             raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.broker.journal))
         return self.engine.delete_still_matching(topic, text, keys)

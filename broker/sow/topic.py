@@ -248,14 +248,9 @@ class SowTopic:
         lazy = self.message_type.lazy
         split = SowRecord.split
         decode = SowRecord.decode
-        pairs: Iterable[tuple[bytes, bytes]]
-        if keys is not None:
-            # Byte order, as a scan returns them.
-            pairs = ((k, v) for k in sorted({k.encode() for k in keys}) if (v := snap.get(k)) is not None)
-        else:
-            pairs = snap.scan()
+        pairs: Iterable[tuple[bytes, bytes] | None] = self.stored(snap, keys)
         if pause_every > 0:
-            pairs = _with_pauses(pairs, pause_every)
+            pairs = _with_pauses(pairs, pause_every)  # type: ignore[arg-type]
         for pair in pairs:
             if pair is None:
                 yield None  # type: ignore[misc]
@@ -267,6 +262,17 @@ class SowTopic:
             msg = lazy(data)
             if predicate is None or predicate(msg):
                 yield decode(key.decode(), value, data), msg
+
+    @staticmethod
+    def stored(snap: Snapshot, keys: Iterable[str] | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, stored value)`` of a snapshot in key order: every record, or those under ``keys`` (a
+        ``sow_keys`` list or the keys an equality filter pins), fetched one by one in the order a scan gives.
+
+        Reads only the snapshot, so a worker thread may iterate it while the event loop writes
+        (:meth:`broker.engine.queries.QueryPlan.rows`)."""
+        if keys is None:
+            return snap.scan()
+        return ((k, v) for k in sorted({k.encode() for k in keys}) if (v := snap.get(k)) is not None)
 
     def count(self) -> int:
         """Records stored."""

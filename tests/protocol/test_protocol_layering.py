@@ -32,7 +32,7 @@ def test_public_surface_is_pinned() -> None:
             "Command", "Connection", "ConnectionStatistics", "DeliveryRun", "DeliveryTemplate", "FieldSpec", "Frame", "Header", "LocalProtocolError",
             "OofReason", "ProtocolError", "Reason", "RemoteProtocolError", "Sentinel", "Status", "decode_frame",
             "decode_header", "decode_sow_batch", "encode_ack", "encode_frame", "encode_group_begin",
-            "encode_group_end", "encode_header", "encode_oof", "encode_publish", "encode_sow_batch",
+            "encode_group_end", "encode_header", "encode_oof", "encode_publish", "encode_sow_batch", "encode_sow_parts",
             "encode_sow_records", "escape_string", "parse_ack_types",
         ]
     )  # fmt: skip

@@ -1,0 +1,80 @@
+"""Query results encoded in a worker thread (issue 17): the frames built straight from stored values are the
+frames the general encoder makes, whatever the keys, bookmarks and correlation ids hold, and the thread's
+frame stream stops when asked."""
+
+from __future__ import annotations
+
+import threading
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.protocol import decode_frame, decode_sow_batch, encode_sow_batch
+from broker.server.querystream import result_frames
+from broker.server.session import amps_timestamp
+from broker.sow.record import SowRecord, WireRecords
+
+# Any text a client may use (no lone surrogates: those cannot be stored), quotes, backslashes and control
+# characters included.
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_record = st.builds(SowRecord, key=_text, data=st.binary(max_size=40),
+                    timestamp_ns=st.integers(0, 4_102_444_800 * 10**9), sequence=st.integers(0, 2**40),
+                    expire_at_ns=st.just(0), bookmark=_text, correlation_id=_text)
+
+
+class _Topic:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _general(topic: str, outer: dict, records: list[SowRecord]) -> bytes:
+    return encode_sow_batch({**outer, "batch_size": len(records)}, [
+        ({"t": topic, "k": r.key, "bm": r.bookmark, "ts": amps_timestamp(r.timestamp_ns), "x": r.correlation_id},
+         r.data) for r in records])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=12), _text.filter(bool), st.integers(1, 5))
+def test_frames_from_stored_values_equal_the_general_encoder(records, topic: str, batch_size: int) -> None:
+    outer = {"cid": "c1", "t": topic, "query_id": "q1"}
+    rows = [(_Topic(topic), r.key.encode(), r.encode(), None) for r in records]
+    frames = [f for chunk in result_frames(iter(rows), outer, batch_size, threading.Event(), chunk_bytes=1)
+              for f in chunk]
+    expected = [_general(topic, outer, records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
+    assert frames == expected
+    decoded = [(h.get("sow_key"), body) for f in frames for h, body in decode_sow_batch(decode_frame(f))]
+    assert decoded == [(r.key, r.data) for r in records]
+
+
+def test_the_second_is_formatted_once_and_the_microseconds_per_record() -> None:
+    enc = WireRecords("t")
+    base = 1_700_000_000 * 10**9
+    recs = [SowRecord(str(i), b"{}", base + i * 400_000_000, i) for i in range(6)]  # across three seconds
+    parts: list[bytes] = []
+    enc.add(parts, [(r.key.encode(), r.encode()) for r in recs])
+    stamps = [p.split(b'"ts":"')[1].split(b'"')[0].decode() for p in parts[0::2]]
+    assert stamps == [amps_timestamp(r.timestamp_ns) for r in recs]
+
+
+def test_a_topic_change_starts_a_new_frame_and_stop_ends_the_stream() -> None:
+    a, b = _Topic("a"), _Topic("b")
+    rows = [(a, b"1", SowRecord("1", b"x", 1).encode(), None), (b, b"2", SowRecord("2", b"y", 2).encode(), None)]
+    frames = [f for chunk in result_frames(iter(rows), {"query_id": "q"}, 10, threading.Event()) for f in chunk]
+    assert [[h.get("topic") for h, _ in decode_sow_batch(decode_frame(f))] for f in frames] == [["a"], ["b"]]
+
+    stopped = threading.Event()
+    read = 0
+
+    def endless():
+        nonlocal read
+        while True:
+            read += 1
+            if read % 100 == 0:
+                if read == 1000:
+                    stopped.set()  # the loop gives up while the thread scans
+                yield None  # a pause of the scan: where the thread looks at the stop flag
+            else:
+                yield a, b"k", SowRecord("k", b"z", 3).encode(), None
+
+    out = list(result_frames(endless(), {"query_id": "q"}, 50, stopped, chunk_bytes=10**9))
+    assert read == 1000 and out == []  # ended at the first pause after the stop, the endless scan abandoned
