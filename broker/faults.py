@@ -1,7 +1,9 @@
 """Crash points for fault-injection tests: ``fault_point(name)`` kills the process there when asked to.
 
 A test starts the broker with ``BROKER_FAULT=<name>`` (optionally ``BROKER_FAULT_AFTER=<n>``: pass the point
-``n`` times first) and the process SIGKILLs itself the moment it reaches that point, exactly as a power cut
+``n`` times first, where a step carrying a batch of publishes counts as one pass per message, so the kill comes
+at the step holding the ``n+1``-th message; ``BROKER_FAULT_MIN_MESSAGES=<m>``: count only steps carrying at
+least ``m`` messages) and the process SIGKILLs itself the moment it reaches that point, exactly as a power cut
 or ``kill -9`` would leave it. Without the variable a point costs one dict lookup done once at import, so the
 calls stay in production code. The points (each named where it is called):
 
@@ -9,9 +11,9 @@ calls stay in production code. The points (each named where it is called):
 * ``journal-before-fsync``: the batch is written to the file, not yet fsynced.
 * ``journal-after-fsync``: the batch is durable, persisted acks not yet sent.
 * ``journal-mid-rotation``: the full file is fsynced, the next one is not yet opened.
-* ``sow-before-write``: a publish's journal record was appended (held in the journal's buffer until the
-  SOW write succeeds), the SOW not yet written.
-* ``sow-after-write``: a publish was applied to the SOW, its journal record not yet durable.
+* ``sow-before-write``: a batch of publishes' journal records were appended (held in the journal's buffer until
+  the SOW write succeeds), the SOW not yet written (one storage write for the batch).
+* ``sow-after-write``: a batch of publishes was applied to the SOW, its journal records not yet durable.
 * ``archive-mid-copy``: an archive/compress copy is complete, the original not yet removed.
 * ``sow-mid-compaction``: a SOW compaction is running.
 """
@@ -28,14 +30,22 @@ POINTS = ("journal-before-write", "journal-before-fsync", "journal-after-fsync",
 
 _ARMED = os.environ.get("BROKER_FAULT", "")
 _remaining = int(os.environ.get("BROKER_FAULT_AFTER", "0") or 0)
+#: Steps carrying fewer messages pass the point without counting (``BROKER_FAULT_MIN_MESSAGES``).
+_MIN_MESSAGES = int(os.environ.get("BROKER_FAULT_MIN_MESSAGES", "0") or 0)
 
 
-def fault_point(name: str) -> None:
-    """SIGKILL this process if ``BROKER_FAULT`` names this point (after ``BROKER_FAULT_AFTER`` passes)."""
+def fault_point(name: str, messages: int = 0) -> None:
+    """SIGKILL this process if ``BROKER_FAULT`` names this point (after ``BROKER_FAULT_AFTER`` passes).
+
+    ``messages``: how many messages the step at this point carries (a batch of publishes): it counts as that
+    many passes, and the kill is announced on stderr with it, so a test can check what the killed step held.
+    """
     global _remaining
-    if not _ARMED or name != _ARMED:
+    if not _ARMED or name != _ARMED or messages < _MIN_MESSAGES:
         return
-    if _remaining > 0:
-        _remaining -= 1
+    passing = messages or 1
+    if _remaining >= passing:
+        _remaining -= passing
         return
+    os.write(2, f"BROKER_FAULT {name}: SIGKILL now ({messages} messages in this step)\n".encode())
     os.kill(os.getpid(), signal.SIGKILL)

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.counters import EngineCounters
 from broker.engine.queries import PAUSE_EVERY, QueryPlan, parse_options, plan_query
-from broker.engine.router import Router, Subscription
+from broker.engine.router import HeldMessage, Router, Subscription
 from broker.engine.topics import GuardedTopicPattern, TopicPattern
 from broker.errors import BrokerError, CommandError, StorageError
 from broker.faults import fault_point
 from broker.memo import Memo
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
+from broker.txlog.records import Command
 
 log = logging.getLogger("broker.engine")
 
@@ -47,16 +48,27 @@ class Client(Protocol):
 
 @dataclass
 class PublishOutcome:
-    """What a publish did, for acks."""
+    """What :meth:`Engine.publish` did (the batch path answers with plain sequences)."""
 
     sequence: int = 0
     duplicate: bool = False
 
 
+#: :meth:`Engine.publish_batch`'s answer for a re-sent publish (its ``s`` was applied before): not applied again.
+DUPLICATE = -1
+_PUBLISH = int(Command.PUBLISH)
+_DELTA = int(Command.DELTA_PUBLISH)
+
+
 class Journal(Protocol):
     """The part of the transaction log the engine uses (see :mod:`broker.txlog`)."""
 
+    instance_hash: int
+
     def append(self, command: str, topic: str, data: bytes, **fields: Any) -> tuple[int, str]: ...
+
+    def append_many(self, topic: str, entries: Sequence[tuple[int, bytes, bytes, int, bytes, int, int]], *,
+                    publisher_hash: int = 0, message_type: str = "json", held: bool = False) -> int: ...
 
     def release(self, sequence: int) -> None: ...
 
@@ -167,7 +179,7 @@ class Engine:
     # -- publish -------------------------------------------------------------------------------------
     def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
                 max_depth: int | None = None) -> PublishOutcome:
-        """Apply one publish or delta_publish.
+        """Apply one publish or delta_publish (:meth:`publish_batch` of one).
 
         Args:
             client: The publishing session.
@@ -178,89 +190,220 @@ class Engine:
                 refused before anything is stored or delivered. ``None``: no limit.
 
         Raises:
-            CommandError: the topic is missing, the message cannot be parsed or keyed, or it is nested
-                deeper than ``max_depth`` (``MessageTooDeepError``, reason ``parse error``).
+            BrokerError: what :meth:`publish_batch` answers for the message (``CommandError`` for a missing
+                topic, a message that cannot be parsed or keyed or is nested deeper than ``max_depth``;
+                ``StorageError`` for a failed SOW write).
         """
-        topic = header.get("topic")
-        if not topic:
-            raise CommandError("invalid topic", "publish without a topic")
-        seq = header.get("seq")
-        if seq and client.name and self.is_duplicate(client.name, seq):
-            return PublishOutcome(0, duplicate=True)
-        if getattr(self.journal, "disk_full", False) and self.is_logged(topic):  # refused whole: nothing applied
-            raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.journal))
+        result = self.publish_batch(client, [(header, body, delta)], max_depth)[0]
+        if isinstance(result, BrokerError):
+            raise result
+        return PublishOutcome(max(result, 0), duplicate=result == DUPLICATE)
+
+    def publish_batch(self, client: Any, messages: Sequence[tuple[Mapping[str, Any], bytes, bool]],
+                      max_depth: int | None = None) -> list[int | BrokerError]:
+        """Apply a client's publishes (``(header, body, delta)`` each, in order) in one engine step.
+
+        Consecutive messages to the same topic form a run: one journal append (:meth:`JournalWriter.append_many`,
+        held while the SOW is written), one storage write for the run's SOW upserts, then the fan-out of each
+        message in order. A message published after another to the same key sees it (previous record, delta
+        merge, out-of-focus notices). A message that fails alone (bad JSON, no key, not new) is answered alone;
+        a failed storage write fails the run's messages and journals none of them. Nothing here awaits, so the
+        journal append and the fan-out are one step for bookmark replays (:mod:`broker.server.replay`).
+
+        Args:
+            client: The publishing session.
+            messages: ``(header, body, delta)`` per message; ``delta``: a ``delta_publish``.
+            max_depth: The publisher's transport ``<MaxMessageDepth>`` (``None``: no limit).
+
+        Returns:
+            Per message: its journal sequence (0 when its topic is not logged), :data:`DUPLICATE` for a re-sent
+            publish applied before, or the :class:`BrokerError` that refused it.
+        """
+        results: list[int | BrokerError] = [0] * len(messages)
         now_ns = time.time_ns()
-        self.counters.messages_received += 1
+        start, count = 0, len(messages)
+        while start < count:
+            topic = messages[start][0].get("topic")
+            end = start + 1
+            while end < count and messages[end][0].get("topic") == topic:
+                end += 1
+            if not topic:
+                for i in range(start, end):
+                    results[i] = CommandError("invalid topic", "publish without a topic")
+            else:
+                self._publish_run(client, topic, messages, start, end, results, now_ns, max_depth)
+            start = end
+        return results
+
+    def _publish_run(self, client: Any, topic: str, messages: Sequence[tuple[Mapping[str, Any], bytes, bool]],
+                     start: int, end: int, results: list[int | BrokerError], now_ns: int,
+                     max_depth: int | None) -> None:
+        """Apply ``messages[start:end]``, all to ``topic`` (see :meth:`publish_batch`), into ``results``."""
         sow = self.sow_topics.get(topic)
-        x = header.get("correlation_id")
-        previous: SowRecord | None = None
-        key: str | None = None
+        journal = self.journal
+        logged = journal is not None and self.is_logged(topic)
+        full = logged and getattr(journal, "disk_full", False)
+        name = client.name
+        # The highest s applied or journaled: a later message at or below it is a re-send (de-duplication).
+        high = 0
+        if name:
+            high = self.publisher_seq.get(name, 0)
+            dedup = getattr(journal, "dedup", None)
+            if dedup is not None:
+                high = max(high, dedup.highest_hash(client.name_hash))
+        run: list[_Publish] = []
         if sow is not None:
             mt = sow.message_type
-            msg = mt.parse(body, keyed=True, max_depth=max_depth)
-            key = sow.key_for(msg, header.get("sow_key"))
-            previous = sow.get(key)
-            if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
-                self._send_oof(sow, [previous], "expired")  # not swept yet: its holders still get the oof
-                previous = None
-            if delta and previous is not None:
-                body = mt.merge(previous.data, body)
-                msg = mt.parse(body, keyed=True)
+            parse = mt.parse
+            key_for = sow.key_for
+            get = sow.get
+            default_expiration = sow.default_expiration
+            latest: dict[str, SowRecord] = {}  # key -> its record written earlier in this run
         else:
             mt = client.message_type
-            msg = mt.lazy(body, max_depth=max_depth)  # parsed only if a filter reads a field
-        expire_at = 0
-        if sow is not None and sow.default_expiration is not None:  # before journaling: a bad value refuses all
-            e = header.get("expiration")
-            lifetime = _parse_expiration(e) if e not in (None, "") else sow.default_expiration
-            if lifetime:
-                expire_at = now_ns + int(lifetime * 1e9)
-        bm = None
-        sequence = 0
-        logged = self.journal is not None and self.is_logged(topic)
+        received = 0
+        for i in range(start, end):
+            header, body, delta = messages[i]
+            seq = header.get("seq")
+            if seq and name and seq <= high:
+                results[i] = DUPLICATE
+                continue
+            if full:  # refused whole: nothing applied
+                results[i] = CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
+                continue
+            received += 1
+            x = header.get("correlation_id") or ""
+            try:
+                if sow is None:
+                    run.append(_Publish(i, body, mt.lazy(body, max_depth=max_depth), None, None, seq or 0, x, 0,
+                                        delta, None))
+                    if seq and seq > high:
+                        high = seq
+                    continue
+                msg = parse(body, keyed=True, max_depth=max_depth)
+                key = key_for(msg, header.get("sow_key"))
+                previous = latest.get(key)
+                expired = None
+                if previous is None:
+                    previous = get(key)
+                    if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
+                        expired = previous  # not swept yet: its holders get the oof before this message
+                        previous = None
+                if delta and previous is not None:
+                    body = mt.merge(previous.data, body)
+                    msg = parse(body, keyed=True)
+                expire_at = 0
+                if default_expiration is not None:  # before journaling: a bad value refuses the message
+                    e = header.get("expiration")
+                    lifetime = _parse_expiration(e) if e not in (None, "") else default_expiration
+                    if lifetime:
+                        expire_at = now_ns + int(lifetime * 1e9)
+            except BrokerError as exc:
+                results[i] = exc
+                continue
+            one = _Publish(i, body, msg, key, previous, seq or 0, x, expire_at, delta, expired)
+            run.append(one)
+            latest[key] = one.record = SowRecord(key, body, now_ns + i, 0, expire_at, "", x)
+            if seq and seq > high:
+                high = seq
+        self.counters.messages_received += received
+        if not run:
+            return
+        first = 0
         if logged:
-            # Held while the SOW is written: a failed SOW write takes the record back (never written, its
-            # publisher is told it failed, and a re-send is not a duplicate).
-            sequence, bm = self.journal.append(
-                "delta_publish" if delta else "publish", topic, body,
-                sow_key=key or "", publisher=(client.name_hash, seq or 0),
-                message_type=mt.name, correlation_id=x or "", timestamp_ns=now_ns, expiration_ns=expire_at,
-                held=sow is not None,
-            )
+            first = self._journal_run(client, topic, mt.name, run, results, now_ns, held=sow is not None)
+            if not run:
+                return
+            prefix = f"{journal.instance_hash}|"  # type: ignore[union-attr]
+            seq = first
+            for one in run:
+                one.sequence = seq
+                one.bm = f"{prefix}{seq}|"
+                if one.record is not None:
+                    one.record.sequence = seq
+                    one.record.bookmark = one.bm
+                seq += 1
         if sow is not None:
-            assert key is not None
-            record = SowRecord(key, body, now_ns, sequence, expire_at, bm or "", x or "")
             if logged:
-                fault_point("sow-before-write")  # its journal record appended (held), the SOW not yet written
-                try:
-                    sow.upsert(record, previous)
-                except BaseException:
-                    self.journal.retract(sequence)
+                fault_point("sow-before-write", len(run))  # the run's journal records appended (held), SOW not written
+            try:
+                sow.upsert_many([one.record for one in run], sum(1 for one in run if one.previous is None))
+            except BaseException as exc:
+                if logged:
+                    journal.retract(first)  # type: ignore[union-attr]
+                if not isinstance(exc, BrokerError):
                     raise
-                self.journal.release(sequence)
-                fault_point("sow-after-write")  # applied to the SOW, its journal record not yet durable
-            else:
-                sow.upsert(record, previous)
-        if seq and client.name:  # only once applied: a publish that failed may be sent again
-            self.publisher_seq[client.name] = seq
+                for one in run:
+                    results[one.index] = exc
+                return
+            if logged:
+                journal.release(first)  # type: ignore[union-attr]
+                fault_point("sow-after-write", len(run))  # applied to the SOW, the journal records not yet durable
+        top = max(one.seq for one in run)
+        if top and name:  # only once applied: a publish that failed may be sent again
+            if top > self.publisher_seq.get(name, 0):
+                self.publisher_seq[name] = top
             if self.publisher_expiration_ns:
-                self._note_publisher(client.name, now_ns)
-        delivered = self._fan_out(topic, body, msg, bm, key, x, previous, sow, now_ns)
-        if sow is not None and self.router.windows.covers(topic):
-            assert key is not None
-            paged = self.router.windows.on_change(sow, key, previous, record, msg, self.counters.oof)
-            if paged and self.latency is not None:
-                self.latency.observe((time.time_ns() - now_ns) / 1e9, paged)
-            delivered += paged
-            self.counters.messages_delivered += paged  # _fan_out counted the other subscriptions
-        self._count_topic(topic, 1, delivered)
-        return PublishOutcome(sequence)
+                self._note_publisher(name, now_ns)
+        self._deliver_run(topic, sow, run, results, now_ns)
 
-    def _fan_out(self, topic: str, body: bytes, msg: Any, bm: str | None, key: str | None,
-                 x: str | None, previous: SowRecord | None, sow: SowTopic | None, now_ns: int) -> int:
+    def _journal_run(self, client: Any, topic: str, message_type: str, run: list[_Publish],
+                     results: list[int | BrokerError], now_ns: int, *, held: bool) -> int:
+        """Append ``run``'s journal records (held while the SOW is written); returns the first sequence. An
+        entry the journal cannot encode (a field too large) is refused alone and taken out of ``run``; any
+        other journal failure refuses the whole run (``run`` is emptied)."""
+        journal: Any = self.journal
+        while run:
+            # Each message its own timestamp (the batch's time plus its position): versions stay distinct.
+            entries = [(_DELTA if one.delta else _PUBLISH, one.body, one.key.encode() if one.key else b"", one.seq,
+                        one.x.encode(), one.expire_at, now_ns + one.index) for one in run]
+            try:
+                return journal.append_many(topic, entries, publisher_hash=client.name_hash, message_type=message_type,
+                                           held=held)
+            except BrokerError as exc:
+                index = getattr(exc, "index", None)
+                if index is None:
+                    for one in run:
+                        results[one.index] = exc
+                    run.clear()
+                    break
+                # Refused alone, with the later messages to its key (they were merged with or compared to it).
+                bad = run[index]
+                for one in run[index:]:
+                    if one is bad or (one.key is not None and one.key == bad.key):
+                        results[one.index] = exc
+                run[index:] = [one for one in run[index:] if one is not bad and (one.key is None or one.key != bad.key)]
+        return 0
+
+    def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[_Publish],
+                     results: list[int | BrokerError], now_ns: int) -> None:
+        """Fan out each message of an applied run in order (and update paginated windows)."""
         candidates = self.router.candidates(topic)
-        if not candidates:
-            return 0
+        windows = self.router.windows if sow is not None and self.router.windows.covers(topic) else None
+        delivered = clients = 0
+        for one in run:
+            results[one.index] = one.sequence
+            if one.expired is not None:
+                self._send_oof(sow, [one.expired], "expired")  # type: ignore[arg-type]
+            if candidates:
+                d, c = self._fan_out(candidates, topic, one.body, one.msg, one.bm, one.key, one.x or None,
+                                     one.previous, sow)
+                delivered += d
+                clients += c
+            if windows is not None:
+                paged = windows.on_change(sow, one.key, one.previous, one.record, one.msg,  # type: ignore[arg-type]
+                                          self.counters.oof)
+                delivered += paged
+                clients += paged
+        if clients and self.latency is not None:  # one clock read per run: every client was served just now
+            self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
+        self.counters.messages_delivered += delivered
+        self._count_topic(topic, len(run), delivered)
+
+    def _fan_out(self, candidates: tuple[Subscription, ...], topic: str, body: bytes, msg: Any, bm: str | None,
+                 key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None) -> tuple[int, int]:
+        """Deliver one message to the subscriptions among ``candidates`` it reaches; returns (messages
+        delivered, clients served)."""
         # client -> its sub_ids the message goes to whole: the usual case, one publish per client.
         pubs: dict[Client, list[str]] = {}
         # client -> the sub_ids it gets an oof or a delta on: only clients some subscription sends one to.
@@ -271,7 +414,7 @@ class Engine:
         before: _PreviousState | None = None  # the same for the previous state, made when first needed
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
-                sub.replay_buffer.append((topic, body, bm, key, x))
+                sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
                 continue
             flt = sub.filter
             if flt is None:
@@ -282,7 +425,7 @@ class Engine:
                     ok = passed[flt] = _passes(flt, msg)
             if ok:
                 if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
-                    sub.replay_buffer.append((topic, body, bm, key, x))
+                    sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
                     continue
                 if sub.delta and previous is not None:
                     as_delta = True
@@ -304,7 +447,7 @@ class Engine:
                 if not before.passes(flt):
                     continue
                 if sub.replay_buffer is not None:  # after the replay, in order with the live messages
-                    sub.replay_buffer.append((topic, body, bm, key, x, "match"))
+                    sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x, "match"))
                     continue
                 _other_sids(others, sub.client).oofs.append(sub.sub_id)
         for client, sids in pubs.items():
@@ -321,12 +464,7 @@ class Engine:
                     client.send_publish(topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
                     self.counters.oof.match += len(other.oofs)
             clients += sum(1 for c in others if c not in pubs)
-        if not clients:
-            return 0
-        if self.latency is not None:  # one clock read per message: every client was served just now
-            self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
-        self.counters.messages_delivered += delivered
-        return delivered
+        return delivered, clients
 
     def _send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
         """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
@@ -340,13 +478,13 @@ class Engine:
             targets: dict[Client, list[str]] = {}
             for sub in subs:
                 if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay
-                    sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
-                                              rec.correlation_id or None, reason))
+                    sub.replay_buffer.append(HeldMessage(sow.name, rec.data, rec.bookmark or None, rec.key,
+                                                         rec.correlation_id or None, reason))
                     continue
                 if sub.oof and _passes(sub.filter, msg) and sub.saw(rec):
                     if sub.replay_buffer is not None:  # after the replay, in order with the live messages
-                        sub.replay_buffer.append((sow.name, rec.data, rec.bookmark or None, rec.key,
-                                                  rec.correlation_id or None, reason))
+                        sub.replay_buffer.append(HeldMessage(sow.name, rec.data, rec.bookmark or None, rec.key,
+                                                             rec.correlation_id or None, reason))
                         continue
                     targets.setdefault(sub.client, []).append(sub.sub_id)
             for client, sids in targets.items():
@@ -624,3 +762,28 @@ def _parse_expiration(value: Any) -> float:
     if seconds < 0:
         raise CommandError("invalid options", "expiration must not be negative")
     return seconds
+
+
+@dataclass(slots=True)
+class _Publish:
+    """One message of a publish run on its way through :meth:`Engine.publish_batch`."""
+
+    #: Its position in the batch (for the results).
+    index: int
+    body: bytes
+    msg: Any
+    key: str | None
+    #: The record it replaces (``None``: an insert, or not a SOW topic).
+    previous: SowRecord | None
+    #: The publisher's ``s`` (0: none).
+    seq: int
+    x: str
+    expire_at: int
+    delta: bool
+    #: The record it replaces had expired but was not swept: its holders get an ``expired`` oof first.
+    expired: SowRecord | None
+    #: The SOW record written (``None``: not a SOW topic).
+    record: SowRecord | None = None
+    #: Its journal sequence and bookmark (0 and ``None``: not logged).
+    sequence: int = 0
+    bm: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.engine.pagination import Pagination, Window
 from broker.engine.topics import TopicPattern
@@ -22,6 +22,19 @@ from broker.memo import Memo
 
 if TYPE_CHECKING:
     from broker.sow.record import SowRecord
+
+
+class HeldMessage(NamedTuple):
+    """A live message (or out-of-focus notice) held in a subscription's :attr:`Subscription.replay_buffer`
+    while its replay runs, delivered (or applied to a private window) at the cut-over."""
+
+    topic: str
+    body: bytes
+    bm: str | None
+    key: str | None
+    x: str | None
+    #: An out-of-focus notice's reason (``match``, ``deleted``, ``expired``); ``None`` for a message.
+    reason: str | None = None
 
 
 @dataclass(eq=False)
@@ -56,9 +69,8 @@ class Subscription:
     created_ns: int = field(default_factory=time.time_ns)
     window: Window | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: While a bookmark replay runs: live messages (topic, body, bm, key, x) held for the cut-over, and
-    #: out-of-focus notices (topic, body, bm, key, x, reason).
-    replay_buffer: list[tuple[Any, ...]] | None = None
+    #: While a bookmark replay runs: live messages and out-of-focus notices held for the cut-over.
+    replay_buffer: list[HeldMessage] | None = None
     #: While a paginated subscription from a point in time replays: every change of its topics is held in
     #: :attr:`replay_buffer` (publishes whatever the filter, deletes and expirations), so its private window
     #: can follow the topic up to the moment it joins the live windows.

@@ -43,6 +43,7 @@ from broker.security.runtime import SecurityRuntime
 from broker.server.counters import BrokerCounters
 from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
+from broker.sow.cache import CachedStorage
 from broker.sow.history import PRUNE_SLICE, History
 from broker.sow.keys import KeySpec
 from broker.sow.storage import StorageSpec
@@ -235,7 +236,8 @@ class Broker:
                 raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic's history: "
                                   f"{exc}") from None
         topic = SowTopic(
-            name=cfg.name, message_type=mt, storage=storage, key_generator=keygen,
+            # Publishes read the record they replace: a bounded cache of hot records answers most of those reads.
+            name=cfg.name, message_type=mt, storage=CachedStorage(storage), key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",

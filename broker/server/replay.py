@@ -27,7 +27,7 @@ import trio
 
 from broker.engine.pagination import refresh_window, window_affected
 from broker.engine.queries import historical_time, parse_options
-from broker.engine.router import Subscription
+from broker.engine.router import HeldMessage, Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError, JournalError
 from broker.server.replay_frames import ChunkEncoder
@@ -47,7 +47,7 @@ WATERMARK = 2 * 1024 * 1024
 #: The share of the client's MessageMemoryLimit that one replaying subscription may hold in live messages
 #: (the replay itself keeps up to WATERMARK plus a chunk queued in the outbound buffer).
 HELD_SHARE = 4
-#: Bytes counted per held message besides its body, topic, bookmark, key and correlation id (the tuple).
+#: Bytes counted per held message besides its body, topic, bookmark, key and correlation id (the entry).
 HELD_OVERHEAD = 64
 
 _RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>x|X|[kKmMgG]?[bB])?\s*$")
@@ -87,7 +87,7 @@ class Rate:
 class HeldLive(list):  # type: ignore[type-arg]
     """The live messages held for one replaying subscription until its cut-over, bounded in bytes.
 
-    The engine appends ``(topic, body, bm, key, x[, oof reason])`` tuples as to a list. Past ``bound``
+    The engine appends :class:`~broker.engine.router.HeldMessage` entries as to a list. Past ``bound``
     bytes, or while client buffers exceed the broker-wide TotalMessageMemoryLimit, what is held is dropped
     when the journal holds all of it (publishes on topics it records, appended to it before being routed
     here): the replay then reads on to a new cut-over (:meth:`refix`). Otherwise the client is offlined as
@@ -117,19 +117,19 @@ class HeldLive(list):  # type: ignore[type-arg]
         self.catch_ups = 0
         self._logged: dict[str, bool] = {}
 
-    def append(self, item: tuple[Any, ...]) -> None:  # noqa: D102 - the engine's list interface
-        topic = item[0]
+    def append(self, item: HeldMessage) -> None:  # noqa: D102 - the engine's list interface
+        topic = item.topic
         if self.exact:
             logged = self._logged.get(topic)
             if logged is None:
                 logged = self._logged[topic] = self.broker.is_logged(topic)
-            self.exact = self.catch_up and logged and len(item) == 5
+            self.exact = self.catch_up and logged and item.reason is None
         if self.dropped:
             if not self.exact:
                 self._offline(item)
             return  # in the journal: read back by the catch-up
-        size = (HELD_OVERHEAD + len(item[1]) + len(topic) + len(item[2] or "") + len(item[3] or "")
-                + len(item[4] or ""))
+        size = (HELD_OVERHEAD + len(item.body) + len(topic) + len(item.bm or "") + len(item.key or "")
+                + len(item.x or ""))
         if self.bytes + size > self.bound or not self.broker.memory.fits(size):
             if self.exact:
                 self._drop()  # this message too: it is in the journal
@@ -154,7 +154,7 @@ class HeldLive(list):  # type: ignore[type-arg]
                   "dropped them, reading on from the transaction log", self.session.id, self.session.name,
                   self.sub_id, self.bound)
 
-    def _offline(self, item: tuple[Any, ...]) -> None:
+    def _offline(self, item: HeldMessage) -> None:
         """Offline the client as slow: what it holds cannot be read back from the journal."""
         held = self.bytes
         self.release()
@@ -162,7 +162,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         if self.session.closed_reason:
             return
         why = ("the paginated historical window needs every change" if not self.catch_up
-               else f"topic {item[0]!r} is not recorded in the transaction log" if len(item) == 5
+               else f"topic {item.topic!r} is not recorded in the transaction log" if item.reason is None
                else "out-of-focus notices are not in the transaction log")
         self.broker.counters.replay_held_offlined += 1
         log.warning("%s (%s) offlined as slow: its replaying subscription %s held %d bytes of live messages, "
@@ -184,7 +184,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         self.dropped = False
         self.exact = True
 
-    def take(self) -> list[tuple[Any, ...]]:
+    def take(self) -> list[HeldMessage]:
         """What is held, in order, taken out of the accounting (the cut-over)."""
         held = list(self)
         self.release()
@@ -334,12 +334,13 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
         if isinstance(historical, HistoricalPages):
             historical.finish(held)  # the same engine step: the private window joins the live ones
             held = []
-        for topic, body, bm, key, x, *reason in held:
-            if reason:  # an out-of-focus notice held with the live messages (a historical sow_and_subscribe)
-                session.send_publish(topic, sub.sub_id, body, bm, key, x, command="oof", reason=reason[0])
+        for item in held:
+            if item.reason:  # an out-of-focus notice held with the live messages (a historical sow_and_subscribe)
+                session.send_publish(item.topic, sub.sub_id, item.body, item.bm, item.key, item.x, command="oof",
+                                     reason=item.reason)
                 continue
-            session.send_publish(topic, sub.sub_id, body, bm, key, x)
-            replay.last_bm = bm or replay.last_bm
+            session.send_publish(item.topic, sub.sub_id, item.body, item.bm, item.key, item.x)
+            replay.last_bm = item.bm or replay.last_bm
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         if "persisted" in acks:
             session.ack(header, acks, "persisted", sub_id=sub.sub_id, bm=replay.last_bm or journal.bookmark(cut))
@@ -691,16 +692,17 @@ class HistoricalPages:
             self.apply(key, None, "expired" if rec.command == Command.EXPIRE else "deleted")
         return None
 
-    def finish(self, held: list[tuple[Any, ...]]) -> None:
+    def finish(self, held: list[HeldMessage]) -> None:
         """Apply the changes held since the snapshot's engine step, then join the live windows (synchronous)."""
         name = self.topic.name
-        for topic, body, bm, key, x, *reason in held:
-            if topic != name:
+        for item in held:
+            if item.topic != name:
                 continue
-            if reason:
-                self.apply(key, None, reason[0])
+            key = item.key or ""
+            if item.reason:
+                self.apply(key, None, item.reason)
             else:
-                self.apply(key, SowRecord(key, body, 0, 0, 0, bm or "", x or ""))
+                self.apply(key, SowRecord(key, item.body, 0, 0, 0, item.bm or "", item.x or ""))
         sub = self.sub
         sub.capture_all = False
         engine = self.broker.engine

@@ -19,6 +19,7 @@ import trio
 
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
+from broker.engine.engine import DUPLICATE
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
@@ -119,6 +120,8 @@ class Session:
         #: What the identity may do; ``None``: everything (no check on any command).
         self.grants: Any = None
         self.logons_refused = 0
+        #: The journal sequence this client's latest persisted ack waits for: no later ack goes out before it.
+        self._persist_after = 0
         #: Refused commands by kind, for audit-line rate limiting.
         self._refused: dict[str, int] = {}
 
@@ -319,22 +322,31 @@ class Session:
             self.bytes_in += len(data)
             self.broker.counters.bytes_in += len(data)
             self._last_heard = trio.current_time()
+            # The publishes of one read are applied together (Engine.publish_batch), before the next other
+            # command: a client's commands stay in order.
+            batch: list[Any] = []
             try:
                 self.conn.receive_data(data)
                 while True:
                     frame = self.conn.next_event()
                     if frame is NEED_DATA:
+                        if batch:
+                            self._publish_batch(batch)
+                            batch = []
                         if not self._reserve_input():
                             return
                         break
                     if frame is CLOSED:
                         return
                     header = frame.header
-                    command = header.get("command")
-                    if command in _PLAIN_PUBLISH and self.logged_on and not header.get("ack_type"):
-                        self._publish_now(header, frame.body, command)  # the hot path, without awaiting
-                    else:
-                        await self._dispatch(header, bytes(frame.body))
+                    if header.get("command") in _PLAIN_PUBLISH and self.logged_on and (
+                            header.get("ack_type") or "") in _BATCH_ACKS:
+                        batch.append(frame)  # the hot path, without awaiting
+                        continue
+                    if batch:
+                        self._publish_batch(batch)
+                        batch = []
+                    await self._dispatch(header, bytes(frame.body))
             except NotAmpsError as exc:
                 self.broker.counters.protocol_errors += 1
                 self.closed_reason = "not an AMPS client"
@@ -345,6 +357,9 @@ class Session:
                 self.closed_reason = f"protocol error: {exc}"
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
+            finally:
+                if batch:  # the frames before a broken one, or before the end of the stream
+                    self._publish_batch(batch)
 
     def _reserve_input(self) -> bool:
         """Count the frame being received against the broker-wide budget; ``False``: it does not fit and
@@ -400,20 +415,84 @@ class Session:
         except BrokerError as exc:
             self._failed(header, acks, command, exc)
 
-    def _publish_now(self, header: Mapping[str, Any], body: bytes, command: str) -> None:
-        """A publish that asked for no ack, by a logged-on client: what :meth:`_dispatch` would do, minus
-        the acks and the coroutine."""
-        self.messages_in += 1
-        try:
-            if self.grants is not None:
-                self._entitled(command, header)
-            seq = header.get("seq")
-            if seq:
-                self._check_sequence(seq)
-            self.engine.publish(self, header, body, delta=command == "delta_publish",
-                                max_depth=self.transport.max_message_depth)
-        except BrokerError as exc:
-            self._failed(header, _NO_ACKS, command, exc)
+    def _publish_batch(self, frames: list[Any]) -> None:
+        """Publishes and delta publishes of one socket read, by a logged-on client, asking for no ack or only
+        processed and persisted ones: what :meth:`_dispatch` would do for each, in one engine step
+        (:meth:`Engine.publish_batch`) and without the coroutine.
+
+        Processed acks go out per message once the batch is applied; persisted acks are conflated (AMPS
+        allows it: the client's publish store discards every message up to the ``s`` acknowledged): one for
+        the highest ``s`` of the batch, once the journal is durable past every record of the batch (and past
+        whatever this client still waits for). A message refused alone is answered alone, as today.
+        """
+        self.messages_in += len(frames)
+        grants = self.grants
+        check_sequence = self._check_sequence
+        messages: list[tuple[Any, bytes, bool]] = []
+        accepted: list[Any] = []
+        # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
+        high = 0
+        for frame in frames:
+            header = frame.header
+            command = header.get("command")
+            try:
+                if grants is not None:
+                    self._entitled(command, header)
+                seq = header.get("seq")
+                if seq:
+                    if not (isinstance(seq, int) and seq <= high + 1 and high):
+                        check_sequence(seq, high)
+                    if isinstance(seq, int) and seq > high:
+                        high = seq
+            except BrokerError as exc:
+                self._failed(header, requested_acks(header), command, exc)
+                continue
+            messages.append((header, frame.body, command == "delta_publish"))
+            accepted.append(header)
+        if not messages:
+            return
+        results = self.engine.publish_batch(self, messages, self.transport.max_message_depth)
+        waiting = 0  # the journal sequence the batch's persisted ack waits for
+        last: Any = None  # the header of the highest s acknowledged as persisted
+        journal = self.broker.journal
+        for header, result in zip(accepted, results, strict=True):
+            a = header.get("ack_type")
+            if isinstance(result, BrokerError):
+                self._failed(header, requested_acks(header) if a else _NO_ACKS, header.get("command"), result)
+                continue
+            if not a:
+                continue
+            acks = requested_acks(header)
+            if "processed" in acks:
+                self.send(ack_header(header, "processed"))
+            if "persisted" in acks:
+                if result == DUPLICATE:
+                    # A re-send of a record that may be appended but not durable yet: wait for everything.
+                    if journal is not None and journal.durable_sequence < journal.last_sequence:
+                        result = journal.last_sequence
+                    else:
+                        result = 0
+                if result > waiting:
+                    waiting = result
+                if header.get("cmd_id") is not None:
+                    self._persisted_ack(result, header)  # its own ack: a handler waits on its cid
+                elif last is None or (header.get("seq") or 0) >= (last.get("seq") or 0):
+                    last = header
+        if last is not None:
+            self._persisted_ack(waiting, last)
+
+    def _persisted_ack(self, sequence: int, header: Any) -> None:
+        """The persisted ack of ``header`` once the journal is durable past ``sequence`` and past every record
+        this client's earlier persisted acks wait for (a later ``s`` acknowledged first would discard earlier
+        messages from the client's store too soon); at once when that is already so."""
+        journal = self.broker.journal
+        if journal is not None:
+            if sequence > self._persist_after:
+                self._persist_after = sequence
+            if journal.durable_sequence < self._persist_after:
+                self.broker.after_durable(self._persist_after, self, header)
+                return
+        self.ack(header, _PERSISTED, "persisted", s=header.get("seq"))
 
     def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
         """Count and log a failed command, and answer with the failure acks it asked for.
@@ -573,7 +652,7 @@ class Session:
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
-    def _check_sequence(self, seq: Any) -> None:
+    def _check_sequence(self, seq: Any, batch_high: int = 0) -> None:
         """Refuse a publish whose ``s`` jumps far ahead of its publisher's last one.
 
         De-duplication treats every later ``s`` at or below the highest seen as a re-send, so one publish
@@ -581,6 +660,10 @@ class Session:
         publishes be acknowledged and dropped. This holds for every publish: the last ``s`` is the highest
         the journal knows for the publisher (logged topics, across restarts) or the highest the engine
         applied in this run (every topic). A publisher known to neither may start anywhere.
+
+        Args:
+            seq: The publish's ``s``.
+            batch_high: The highest ``s`` of this publisher accepted earlier in the same batch (not applied yet).
 
         Raises:
             CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>`` (its default
@@ -598,6 +681,8 @@ class Session:
             dedup = journal.dedup
             logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
             last = logged if last is None else max(last, logged)
+        if batch_high:
+            last = batch_high if last is None else max(last, batch_high)
         if last is not None and seq - last > limit:
             self.broker.counters.sequence_jumps_refused += 1
             raise CommandError(
@@ -608,6 +693,7 @@ class Session:
                 "<InactiveClientAckExpiration> if that is intended)")
 
     def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        """A publish that asked for acks the batch path does not answer (received, parsed...)."""
         seq = header.get("seq")
         if seq:
             self._check_sequence(seq)
@@ -629,8 +715,8 @@ class Session:
             sequence = journal.last_sequence
         elif duplicate:
             sequence = 0
-        if sequence and journal is not None:
-            self.broker.after_durable(sequence, self, header)
+        if journal is not None and (sequence or self._persist_after > journal.durable_sequence):
+            self._persisted_ack(sequence, header)
         else:
             self.ack(header, acks, "persisted", s=header.get("seq"))
 
@@ -839,8 +925,11 @@ def _text_field(value: Any) -> str | None:
 #: the GIL, at most.
 FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 
-#: Commands :meth:`Session._publish_now` applies directly when they ask for no ack.
+#: Commands :meth:`Session._publish_batch` applies directly, when they ask for no ack or only those in
+#: :data:`_BATCH_ACKS` (the ``a`` text as sent).
 _PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
+_BATCH_ACKS = frozenset({"", "processed", "persisted", "processed,persisted", "persisted,processed"})
+_PERSISTED = frozenset({"persisted"})
 
 #: Failure reasons that mean "not written, nothing applied": the counter suffix for each.
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}

@@ -85,6 +85,13 @@ class Storage(abc.ABC):
     def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
         """Apply puts then deletes atomically (all or nothing)."""
 
+    def write_known(self, puts: Iterable[tuple[bytes, bytes]], deletes: Iterable[bytes],
+                    existed: Mapping[bytes, bool]) -> None:
+        """:meth:`write`, told whether each key it touches exists before the write (``existed``, from reads the
+        caller just made: the SOW's cache of hot records, :mod:`broker.sow.cache`). An engine that keeps a
+        record count can use it instead of reading those keys again; this default ignores it."""
+        self.write(puts, deletes)
+
     @abc.abstractmethod
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop`` in ascending key order."""

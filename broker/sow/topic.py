@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,26 @@ class SowTopic:
         if record.expire_at_ns:
             heapq.heappush(self._expiry_heap, (record.expire_at_ns, record.key))
         return UpsertResult(record, previous)
+
+    def upsert_many(self, records: Sequence[SowRecord], inserts: int) -> None:
+        """Store ``records`` in one storage write (all or none): a batch of publishes. A key may appear more
+        than once (the last record wins); ``inserts`` of them are new keys, the others update.
+
+        Raises:
+            StorageError: the write failed; nothing was stored.
+        """
+        puts = [(rec.key.encode(), rec.encode()) for rec in records]
+        self.storage.write(puts=puts)
+        if self.history is not None:
+            for rec, (_key, value) in zip(records, puts, strict=True):
+                self.history.record(rec.key, rec.timestamp_ns, value)
+        stats = self.stats
+        stats.inserts += inserts
+        stats.updates += len(records) - inserts
+        heap = self._expiry_heap
+        for rec in records:
+            if rec.expire_at_ns:
+                heapq.heappush(heap, (rec.expire_at_ns, rec.key))
 
     def delete_keys(self, keys: Iterable[str]) -> list[SowRecord]:
         """Delete the records with these keys; returns the records that existed."""

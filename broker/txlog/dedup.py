@@ -84,6 +84,11 @@ class PublisherDedup:
             return False
         return s <= max(self._appended.get(publisher_hash, 0), self._persisted.get(publisher_hash, 0))
 
+    def highest_hash(self, publisher_hash: int) -> int:
+        """The highest ``s`` of a publisher appended or persisted (0 when none): any ``s`` at or below it is a
+        duplicate."""
+        return max(self._appended.get(publisher_hash, 0), self._persisted.get(publisher_hash, 0))
+
     def note_appended(self, publisher_hash: int, s: int) -> None:
         """Record that a publish with ``s`` was appended (not yet durable)."""
         if s > self._appended.get(publisher_hash, 0):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +50,7 @@ from broker.txlog.segments import FSYNC_BUCKETS, SegmentFiles, is_no_space
 if TYPE_CHECKING:  # only attributes are read: any object with these fields will do
     from broker.config.model import TransactionLogConfig
 
-__all__ = ["FSYNC_BUCKETS", "MIN_JOURNAL_SIZE", "JournalStatistics", "JournalWriter"]
+__all__ = ["FSYNC_BUCKETS", "MIN_JOURNAL_SIZE", "JournalEntry", "JournalStatistics", "JournalWriter"]
 
 log = logging.getLogger("broker.txlog")
 
@@ -58,6 +58,10 @@ log = logging.getLogger("broker.txlog")
 MIN_JOURNAL_SIZE = 1024 * 1024
 
 _COMMAND_CODES: dict[object, int] = {**{c.wire_name: int(c) for c in Command}, **{c: int(c) for c in Command}}
+
+#: One record of :meth:`JournalWriter.append_many`: ``(command code, data, SOW key, publisher s, correlation id,
+#: expiration ns, timestamp ns)`` (the code is ``int(Command.PUBLISH)`` etc.; text fields as bytes).
+JournalEntry = tuple[int, bytes, bytes, int, bytes, int, int]
 
 
 @dataclass(frozen=True)
@@ -158,9 +162,12 @@ class JournalWriter:
         self._last_ts = 0
         self._durable = 0
         self._floor = 0
-        # A record appended with held=True that sync() leaves in the buffer until release() or retract().
+        # The records appended last with held=True (the first sequence, how many): sync() leaves them in the
+        # buffer until release() or retract(). One publisher's: the undo is its hash, highest s, pending s and
+        # appended s before them.
         self._held = 0
-        self._held_undo: tuple[int, int, int, int] = (0, 0, 0, 0)  # publisher hash, s, pending s, appended s
+        self._held_count = 0
+        self._held_undo: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._opened = False
         self._closed = False
         self._failed: BaseException | None = None
@@ -390,10 +397,7 @@ class JournalWriter:
         """
         ts = time.time_ns() if timestamp_ns is None else timestamp_ns
         with self._lock:
-            if not self._opened or self._closed:
-                raise JournalError("the journal writer is not open; call open() first")
-            if self._failed is not None:
-                raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")
+            self._check_appendable()
             seq = self._last_seq + 1
             if seq > self._reserved.ceiling:  # more than half a block since the last sync: rare
                 self._reserve_waiting(seq)
@@ -420,37 +424,114 @@ class JournalWriter:
                 self._pending_publishers[phash] = pseq
             if held:
                 self._held = seq
+                self._held_count = 1
                 self._held_undo = (phash, pseq, pending, self.dedup.appended_hash(phash) if pseq else 0)
         if pseq:
             self.dedup.note_appended(phash, pseq)
         return seq, format_bookmark(self.instance_hash, seq)
 
+    def append_many(self, topic: str, entries: Sequence[JournalEntry], *, publisher_hash: int = 0,
+                    message_type: str = "json", held: bool = False) -> int:
+        """:meth:`append` for many records of one topic and one publisher at once: one lock acquisition and
+        one encoding loop for a batch of publishes (the engine's batched publish path).
+
+        Args:
+            topic: The topic of every record.
+            entries: One :data:`JournalEntry` per record, in order.
+            publisher_hash: The publisher's client name hash (0 when not from a client).
+            message_type: The message type name of every record.
+            held: Keep the records out of :meth:`sync` until :meth:`release` of the first sequence (or take
+                them all back with :meth:`retract`), as :meth:`append` does for one.
+
+        Returns:
+            The first record's sequence; entry ``i`` has sequence ``first + i`` (bookmarks: :meth:`bookmark`).
+
+        Raises:
+            JournalError: The writer is not open, is closed or has failed; or an entry cannot be encoded (a
+                field too large), then nothing is appended and ``exc.index`` is that entry's position.
+        """
+        tbytes = topic.encode()
+        mbytes = message_type.encode()
+        with self._lock:
+            self._check_appendable()
+            first = self._last_seq + 1
+            last = first + len(entries) - 1
+            if last > self._reserved.ceiling:  # more than half a block since the last sync: rare
+                self._reserve_waiting(last)
+            last_ts = self._last_ts
+            raws: list[bytes] = []
+            top = 0
+            seq = first
+            try:
+                for command, data, sow_key, pseq, correlation_id, expiration_ns, ts in entries:
+                    if ts < last_ts:  # timestamps never decrease (see append)
+                        ts = last_ts
+                    raws.append(encode_fields(seq, ts, command, tbytes, data, sow_key, publisher_hash, pseq, mbytes,
+                                              correlation_id, expiration_ns))
+                    last_ts = ts
+                    if pseq > top:
+                        top = pseq
+                    seq += 1
+            except ValueError as exc:
+                error = JournalError(f"cannot journal a publish on {topic!r}: {exc}")
+                error.index = seq - first  # type: ignore[attr-defined]
+                raise error from None
+            size = sum(map(len, raws))
+            self._buffer.extend(raws)
+            self._pending_bytes += size
+            self._last_seq = last
+            self._last_ts = last_ts
+            self._appended_records += len(raws)
+            self._appended_bytes += size
+            pending = self._pending_publishers.get(publisher_hash, 0)
+            if top > pending:
+                self._pending_publishers[publisher_hash] = top
+            if held:
+                self._held = first
+                self._held_count = len(raws)
+                self._held_undo = (publisher_hash, top, pending, self.dedup.appended_hash(publisher_hash) if top else 0)
+        if top:
+            self.dedup.note_appended(publisher_hash, top)
+        return first
+
+    def _check_appendable(self) -> None:
+        """Raise unless records can be appended now (under the lock)."""
+        if not self._opened or self._closed:
+            raise JournalError("the journal writer is not open; call open() first")
+        if self._failed is not None:
+            raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")
+
     def release(self, sequence: int) -> None:
-        """Let :meth:`sync` take the record appended with ``held=True`` (no effect for another sequence)."""
+        """Let :meth:`sync` take the records appended with ``held=True`` whose first sequence is ``sequence``
+        (no effect for another sequence)."""
         if self._held == sequence:
             self._held = 0
 
     def retract(self, sequence: int) -> bool:
-        """Take back the record appended last with ``held=True``: it is never written.
+        """Take back the records appended last with ``held=True`` (``sequence`` is the first): never written.
 
-        For a publish whose SOW write failed (its publisher is told so): the record must not be replayed, and
-        the publisher's re-send is not a duplicate (de-duplication forgets its ``s``). The sequence is not
-        handed out again: it becomes a gap, like those of :meth:`raise_sequence_floor` (a bookmark could
+        For publishes whose SOW write failed (their publisher is told so): the records must not be replayed,
+        and the publisher's re-sends are not duplicates (de-duplication forgets their ``s``). The sequences are
+        not handed out again: they become a gap, like those of :meth:`raise_sequence_floor` (a bookmark could
         have been seen elsewhere, e.g. in a SOW record a storage engine kept after all); :attr:`durable_sequence`
         covers it with the next :meth:`sync`.
 
         Returns:
-            True when the record was taken back; False when ``sequence`` is not the held record (already
-            released or retracted).
+            True when the records were taken back; False when ``sequence`` is not the first held record
+            (already released or retracted).
         """
         with self._lock:
-            if self._held != sequence or sequence != self._last_seq or not self._buffer:
+            count = self._held_count
+            if (self._held != sequence or sequence + count - 1 != self._last_seq
+                    or len(self._buffer) < count):
                 return False
-            raw = self._buffer.pop()
+            taken = self._buffer[-count:]
+            del self._buffer[-count:]
             self._held = 0
-            self._pending_bytes -= len(raw)
-            self._appended_records -= 1
-            self._appended_bytes -= len(raw)
+            size = sum(map(len, taken))
+            self._pending_bytes -= size
+            self._appended_records -= count
+            self._appended_bytes -= size
             phash, pseq, pending, appended = self._held_undo
             if pseq:
                 if pending:
@@ -507,10 +588,13 @@ class JournalWriter:
                 last = self._last_seq
                 publishers = self._pending_publishers
                 self._pending_publishers = {}
-                if self._held and self._held == last and batch:  # a publish being applied: not yet
+                count = self._held_count
+                if self._held and self._held + count - 1 == last and len(batch) >= count:
+                    # publishes being applied (their SOW write): not yet
                     last = self._held - 1
-                    self._buffer.append(batch.pop())
-                    self._pending_bytes = len(self._buffer[0])
+                    self._buffer.extend(batch[-count:])
+                    del batch[-count:]
+                    self._pending_bytes = sum(map(len, self._buffer))
                     publishers = self._split_held(publishers)
             if self._failed is not None:
                 raise JournalError(f"the journal writer failed earlier ({self._failed}); restart the broker")

@@ -54,7 +54,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -366,6 +366,12 @@ class LevelDBStorage(Storage):
             StorageError: the storage is closed or LevelDB fails (nothing is written; after an I/O error such
                 as a full disk, writes fail at once until the storage has reopened itself).
         """
+        self.write_known(puts, deletes, {})
+
+    def write_known(self, puts: Iterable[tuple[bytes, bytes]], deletes: Iterable[bytes],
+                    existed: Mapping[bytes, bool]) -> None:
+        """:meth:`write`, counting records with ``existed`` (whether each key exists now, from the caller's
+        reads) where it has the key, instead of a point read per key (see the module docstring)."""
         db = self._wdb
         if db is None:
             db = self._recover_or_raise()
@@ -377,13 +383,15 @@ class LevelDBStorage(Storage):
             if type(key) is not bytes or type(value) is not bytes:
                 _check_bytes(key, value)
             try:
-                existed = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
+                was = existed.get(key)
+                if was is None:
+                    was = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
                 db.put(key, value, sync=self.sync)
             except plyvel.Error as exc:
                 if isinstance(exc, plyvel.IOError):
                     self._write_failed(exc)
                 raise _wrap(exc, self.path, "writing") from exc
-            self._count += not existed
+            self._count += not was
             self._writes += 1
             return
         if not put_list and not delete_list:
@@ -401,8 +409,10 @@ class LevelDBStorage(Storage):
         try:
             delta = 0
             for key, exists_after in final.items():
-                existed = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
-                delta += exists_after - existed
+                was = existed.get(key)
+                if was is None:
+                    was = probe[1] if probe is not None and probe[0] == key else db.get(key) is not None
+                delta += exists_after - was
             with db.write_batch(transaction=True, sync=self.sync) as batch:
                 for key, value in put_list:
                     batch.put(key, value)

@@ -90,6 +90,11 @@ class Publisher:
     Publishing stops at ``limit`` messages, on :meth:`stop`, or when the connection breaks (the broker died;
     nothing is re-sent: there is no publish store).
 
+    With ``store``, the client has a publish store instead and publishes without command ids (as
+    ``client.publish`` does): the broker may conflate the persisted acks, and the store discards every message
+    up to the ``s`` acknowledged; :attr:`acked` is those messages once :meth:`stop` returns (nothing is
+    re-sent either: the client is not reconnected).
+
     Args:
         uri: The broker's URI.
         run: A prefix making this publisher's command ids unique across restarts.
@@ -100,7 +105,7 @@ class Publisher:
     """
 
     def __init__(self, uri: str, run: str, *, keys: int = 200, pad: int = 0, batch: int = 20,
-                 pause: float = 0.005, limit: int = 100_000, topic: str = TOPIC) -> None:
+                 pause: float = 0.005, limit: int = 100_000, topic: str = TOPIC, store: bool = False) -> None:
         self.run, self.keys, self.batch, self.pause, self.limit = run, keys, batch, pause, limit
         self.topic = topic
         self.pad = "x" * pad
@@ -110,6 +115,11 @@ class Publisher:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self.client = AMPS.Client(f"pub-{run}-{time.monotonic_ns()}")
+        self.store = AMPS.MemoryPublishStore(10_000) if store else None
+        #: With a store: (command id, the store's sequence number) of each message sent.
+        self._numbered: list[tuple[str, int]] = []
+        if self.store is not None:
+            self.client.set_publish_store(self.store)
         self.client.set_global_command_type_message_handler("ack", self._on_ack)
         self.client.connect(uri)
         self.client.logon(5000)
@@ -135,10 +145,13 @@ class Publisher:
                 for _ in range(min(self.batch, self.limit - n)):
                     cid = f"{self.run}.{n}"
                     self.sent.append(cid)
-                    command = (AMPS.Command("publish").set_topic(self.topic).set_command_id(cid)
-                               .set_data(json.dumps({"id": n % self.keys, "c": cid, "pad": self.pad}))
-                               .add_ack_type("persisted"))
-                    self.client.execute_async(command, None)
+                    data = json.dumps({"id": n % self.keys, "c": cid, "pad": self.pad})
+                    if self.store is not None:
+                        self._numbered.append((cid, self.client.publish(self.topic, data)))
+                    else:
+                        command = (AMPS.Command("publish").set_topic(self.topic).set_command_id(cid)
+                                   .set_data(data).add_ack_type("persisted"))
+                        self.client.execute_async(command, None)
                     n += 1
                 if self.pause:
                     time.sleep(self.pause)
@@ -153,6 +166,9 @@ class Publisher:
         """Stop publishing; ``close=False`` keeps the connection, for acks still to come."""
         self._stop.set()
         self._thread.join(30)
+        if self.store is not None:  # what the store discarded: acknowledged as persisted (maybe conflated)
+            persisted = self.store.get_last_persisted()
+            self.acked = {cid for cid, s in self._numbered if s <= persisted}
         if close:
             with contextlib.suppress(Exception):
                 self.client.close()

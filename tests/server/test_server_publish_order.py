@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
+from engine_fakes import Client, FailingWrites, broker_from
 
-from broker.config import load_config
 from broker.errors import StorageError
 from broker.server.kernel import Broker
 from broker.txlog import ReplayStart
-from broker.txlog.bookmarks import client_name_hash
 
 CONFIG = """<AMPSConfig><Name>order-test</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -31,44 +30,9 @@ CONFIG = """<AMPSConfig><Name>order-test</Name>
 </TransactionLog></AMPSConfig>"""
 
 
-class Client:
-    """What the engine needs of a connected client."""
-
-    name = "publisher-1"
-    name_hash = client_name_hash("publisher-1")
-
-    def __init__(self, broker: Broker) -> None:
-        self.message_type = broker.message_type("json")
-        self.sent: list[tuple[str, bytes, str | None]] = []
-
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
-                     reason: str | None = None) -> None:
-        self.sent.append((command, body, reason))
-
-
-class FailingWrites:
-    """Makes a storage's next ``write`` calls raise StorageError (as LevelDB on a full disk)."""
-
-    def __init__(self, storage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.failures = 0
-        real = storage.write
-
-        def write(*args: Any, **kwargs: Any) -> None:
-            if self.failures:
-                self.failures -= 1
-                raise StorageError("leveldb storage at 'x' failed while writing: IO error: No space left on device")
-            real(*args, **kwargs)
-
-        monkeypatch.setattr(storage, "write", write)
-
-
 @pytest.fixture
-def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "config.xml").write_text(CONFIG)
-    b = Broker(load_config(tmp_path / "config.xml"))
-    yield b
-    trio.run(b.aclose)
+def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Broker]:
+    yield from broker_from(CONFIG, tmp_path, monkeypatch)
 
 
 def _journal(b: Broker) -> list[tuple[int, str, bytes]]:

@@ -18,6 +18,7 @@ from typing import Any
 import plyvel
 import pytest
 import trio
+from engine_fakes import Client
 
 from broker.config import load_config
 from broker.errors import JournalError
@@ -40,21 +41,6 @@ CONFIG = """<AMPSConfig><Name>recovery-test</Name>
   <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
   <Topic><Name>quotes</Name><MessageType>json</MessageType></Topic>
 </TransactionLog></AMPSConfig>"""
-
-
-class Client:
-    """What the engine needs of a connected client."""
-
-    name = "recovery-client"
-    name_hash = 11
-
-    def __init__(self, broker: Broker) -> None:
-        self.message_type = broker.message_type("json")
-        self.sent: list[tuple[str, bytes, str | None]] = []
-
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
-                     reason: str | None = None) -> None:
-        self.sent.append((command, body, reason))
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +66,7 @@ def run_and_crash(tmp_path: Path, body: str) -> None:
         sys.path[:0] = {path!r}
         from broker.config import load_config
         from broker.server.kernel import Broker
-        from tests.server.test_server_recovery import Client
+        from engine_fakes import Client
         b = Broker(load_config("config.xml"))
         client = Client(b)
         def pub(topic, id, v, **header):
@@ -284,7 +270,7 @@ def test_sow_after_write_fault_point_leaves_a_sow_ahead_of_its_journal(tmp_path:
         sys.path[:0] = {sys.path!r}
         from broker.config import load_config
         from broker.server.kernel import Broker
-        from tests.server.test_server_recovery import Client
+        from engine_fakes import Client
         b = Broker(load_config("config.xml"))
         c = Client(b)
         for i in range(10):

@@ -1,0 +1,192 @@
+"""A bounded cache of hot records in front of a SOW topic's storage engine.
+
+Every publish to a SOW topic reads the record it replaces (the previous state: inserts and updates are
+counted, delta publishes merge into it, out-of-focus notices and deltas compare with it). With LevelDB that
+read is a C call plus a block lookup, a few microseconds; for a key written a moment ago it is a dict
+lookup here. The cache also remembers keys known to be absent (an insert's read), so a key published twice
+in a row is read once.
+
+Exactness: every write of the topic goes through :meth:`CachedStorage.write`, which updates the cache only
+after the engine's write succeeded (a failed write forgets the keys it touched); queries read snapshots and
+scans, which pass through to the engine. Nothing else writes the engine's records (recovery, expiration,
+deletes and compaction all come through here), so the cache never serves a value the engine does not hold.
+Live reads and writes come from one thread at a time (the engine's); snapshots may be used from any thread.
+
+The bound is in bytes (keys, values and a fixed overhead per entry), kept as two generations: entries are
+added to the young one; when it passes half the bound it becomes the old one and the previous old one is
+dropped; a hit in the old generation moves the entry back to the young one. That approximates LRU at the
+cost of a plain dict lookup or two per read (an ordered dict moving each hit to its end costs more), and
+holds at most the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from broker.sow.storage import Snapshot, Storage
+
+#: The default bound of one topic's cache (keys, values and overhead), with no configuration.
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+#: Bytes counted per entry besides its key and value (two dict slots, the bytes objects' headers).
+ENTRY_OVERHEAD = 100
+
+_MISS: Any = object()
+
+
+class CachedStorage(Storage):
+    """A :class:`Storage` that answers :meth:`get` from a bounded cache of recently read or written records.
+
+    Args:
+        inner: The storage engine holding the records.
+        max_bytes: The cache's bound (see the module docstring); 0 turns the cache off.
+
+    Attributes other than the :class:`Storage` methods (an engine's ``path``, ``reopens``...) are the inner
+    engine's.
+    """
+
+    def __init__(self, inner: Storage, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.inner = inner
+        self.max_bytes = max_bytes
+        self._young: dict[bytes, bytes | None] = {}
+        self._old: dict[bytes, bytes | None] = {}
+        self._young_bytes = 0
+        #: Reads answered from the cache, and reads that went to the engine.
+        self.hits = 0
+        self.misses = 0
+        self._half = max_bytes // 2
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes this class does not define: the engine's own (path, spec, reopens...).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # -- the cache ----------------------------------------------------------------------------------------
+    def _keep(self, key: bytes, value: bytes | None) -> None:
+        young = self._young
+        young[key] = value
+        self._young_bytes += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        if self._young_bytes > self._half:
+            self._old = young
+            self._young = {}
+            self._young_bytes = 0
+
+    def _forget(self, keys: Iterable[bytes]) -> None:
+        young, old = self._young, self._old
+        for key in keys:
+            young.pop(key, None)
+            old.pop(key, None)
+
+    def _existing(self, keys: list[bytes]) -> dict[bytes, bool] | None:
+        """Whether each key exists, when the cache knows it for all of them (else ``None``)."""
+        young, old = self._young, self._old
+        known: dict[bytes, bool] = {}
+        for key in keys:
+            value = young.get(key, _MISS)
+            if value is _MISS:
+                value = old.get(key, _MISS)
+                if value is _MISS:
+                    return None
+            known[key] = value is not None
+        return known
+
+    def cached(self, key: bytes) -> bytes | None | Any:
+        """The cached value of ``key`` (``None``: known to be absent), or :data:`MISS` when not cached."""
+        value = self._young.get(key, _MISS)
+        if value is _MISS:
+            value = self._old.get(key, _MISS)
+        return value
+
+    def clear(self) -> None:
+        """Forget everything cached."""
+        self._young = {}
+        self._old = {}
+        self._young_bytes = 0
+
+    # -- Storage ------------------------------------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        """The value under ``key``, from the cache when it holds the key."""
+        value = self._young.get(key, _MISS)
+        if value is not _MISS:
+            self.hits += 1
+            return value
+        value = self._old.get(key, _MISS)
+        if value is not _MISS:
+            self.hits += 1
+        else:
+            self.misses += 1
+            value = self.inner.get(key)
+        if self._half:
+            self._keep(key, value)
+        return value
+
+    def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
+        """Write through to the engine, then update the cache (on failure, forget the keys touched).
+
+        When the cache knows whether every key touched exists (the engine just read them), the engine is told
+        (:meth:`Storage.write_known`), so one that keeps a record count need not read them again.
+        """
+        put_list = puts if isinstance(puts, (list, tuple)) else list(puts)
+        delete_list = deletes if isinstance(deletes, (list, tuple)) else list(deletes)
+        known = self._existing([k for k, _v in put_list] + delete_list if delete_list else [k for k, _v in put_list])
+        try:
+            if known is None:
+                self.inner.write(put_list, delete_list)
+            else:
+                self.inner.write_known(put_list, delete_list, known)
+        except BaseException:
+            self._forget([k for k, _v in put_list])
+            self._forget(delete_list)
+            raise
+        if not self._half:
+            return
+        for key, value in put_list:
+            self._keep(key, value)
+        for key in delete_list:
+            self._keep(key, None)
+
+    def write_known(self, puts: Iterable[tuple[bytes, bytes]], deletes: Iterable[bytes],
+                    existed: Mapping[bytes, bool]) -> None:
+        """:meth:`write` (the cache knows better than the caller)."""
+        self.write(puts, deletes)
+
+    def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """The engine's scan."""
+        return self.inner.scan(start, stop)
+
+    def snapshot(self) -> Snapshot:
+        """The engine's snapshot."""
+        return self.inner.snapshot()
+
+    def count(self) -> int:
+        """The engine's record count."""
+        return self.inner.count()
+
+    def compact(self) -> None:
+        """The engine's compaction (it changes no record)."""
+        self.inner.compact()
+
+    def make_durable(self) -> None:
+        """The engine's."""
+        self.inner.make_durable()
+
+    def writable(self) -> bool:
+        """The engine's."""
+        return self.inner.writable()
+
+    def close(self) -> None:
+        """Close the engine and drop the cache. Idempotent."""
+        self.clear()
+        self.inner.close()
+
+    def statistics(self) -> dict[str, int]:
+        """The engine's counters plus ``cache_hits`` and ``cache_misses`` (previous-record reads)."""
+        return {**self.inner.statistics(), "cache_hits": self.hits, "cache_misses": self.misses}
+
+    def __repr__(self) -> str:
+        return f"CachedStorage({self.inner!r}, max_bytes={self.max_bytes})"
+
+
+#: What :meth:`CachedStorage.cached` returns for a key the cache does not hold.
+MISS = _MISS

@@ -1,0 +1,56 @@
+"""What in-process engine tests share (tests/server): a broker built from a config text, a fake client that
+records what the engine sends it, and storage writes made to fail (a full disk)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from broker.config import load_config
+from broker.errors import StorageError
+from broker.server.kernel import Broker
+from broker.txlog.bookmarks import client_name_hash
+
+
+class Client:
+    """What the engine needs of a connected client; records ``(command, body, reason)`` of what it is sent."""
+
+    name = "publisher-1"
+    name_hash = client_name_hash("publisher-1")
+
+    def __init__(self, broker: Broker) -> None:
+        self.message_type = broker.message_type("json")
+        self.sent: list[tuple[str, bytes, str | None]] = []
+
+    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
+                     reason: str | None = None) -> None:
+        self.sent.append((command, body, reason))
+
+
+class FailingWrites:
+    """Makes a storage's next ``write`` calls raise StorageError (as LevelDB on a full disk)."""
+
+    def __init__(self, storage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.failures = 0
+        real = storage.write
+
+        def write(*args: Any, **kwargs: Any) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise StorageError("leveldb storage at 'x' failed while writing: IO error: No space left on device")
+            real(*args, **kwargs)
+
+        monkeypatch.setattr(storage, "write", write)
+
+
+def broker_from(config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
+    """A broker (not serving) from ``config``, in ``tmp_path`` (made the working directory); closed after."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.xml").write_text(config)
+    b = Broker(load_config(tmp_path / "config.xml"))
+    yield b
+    trio.run(b.aclose)

@@ -1,0 +1,192 @@
+"""The SOW's cache of hot records (:mod:`broker.sow.cache`): the storage conformance suite wrapped around both
+built-in engines (restart included, and with a bound so small that every write evicts), and no path that
+changes a record (upsert, batch upsert, delete by key or filter, expiration, a failed write, start-up repair)
+ever leaves the cache serving a value the engine does not hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.errors import StorageError
+from broker.messagetypes import get_message_type
+from broker.sow.cache import CachedStorage
+from broker.sow.record import SowRecord
+from broker.sow.storage import Storage, StorageSpec
+from broker.sow.topic import SowTopic
+from broker.testing import StorageConformance
+from broker_plugins.storage.leveldb import LevelDBStorage
+from broker_plugins.storage.memory import MemoryStorage
+
+
+class TestCachedMemoryStorage(StorageConformance):
+    durable = False
+
+    def make_storage(self, path: Path) -> CachedStorage:
+        return CachedStorage(MemoryStorage(StorageSpec(topic="orders")))
+
+
+class TestCachedLevelDBStorage(StorageConformance):
+    durable = True
+
+    def make_storage(self, path: Path) -> CachedStorage:
+        return CachedStorage(LevelDBStorage(StorageSpec(topic="orders", path=str(path))))
+
+
+class TestTinyCachedLevelDBStorage(StorageConformance):
+    """A bound of a few entries: the generations turn over on almost every write."""
+
+    durable = True
+    many = 2_000
+
+    def make_storage(self, path: Path) -> CachedStorage:
+        return CachedStorage(LevelDBStorage(StorageSpec(topic="orders", path=str(path))), max_bytes=600)
+
+
+def _uncached(storage: CachedStorage, key: bytes) -> bytes | None:
+    return storage.inner.get(key)
+
+
+def _assert_exact(topic: SowTopic, keys: list[str]) -> None:
+    """Every key reads the same through the cache as from the engine itself."""
+    storage = topic.storage
+    assert isinstance(storage, CachedStorage)
+    for key in keys:
+        assert storage.get(key.encode()) == _uncached(storage, key.encode()), key
+
+
+class FailNextWrite:
+    """Makes the engine's next write raise StorageError (a full disk)."""
+
+    def __init__(self, inner: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = False
+        for name in ("write", "write_known"):
+            monkeypatch.setattr(inner, name, self._failing(getattr(inner, name)))
+
+    def _failing(self, real: Any) -> Any:
+        def write(*args: Any, **kwargs: Any) -> None:
+            if self.armed:
+                self.armed = False
+                raise StorageError("leveldb storage at 'x' failed while writing: IO error: No space left on device")
+            real(*args, **kwargs)
+
+        return write
+
+
+@pytest.mark.parametrize("engine", ["memory", "leveldb"])
+def test_no_path_leaves_a_stale_record(engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inner: Storage = (MemoryStorage(StorageSpec(topic="t")) if engine == "memory"
+                      else LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t.sow"))))
+    topic = SowTopic(name="t", message_type=get_message_type("json"), storage=CachedStorage(inner, max_bytes=2000),
+                     key_generator=None, default_expiration=0.0)
+    keys = [f"k{i}" for i in range(12)]
+
+    def rec(key: str, v: int, expire_at: int = 0) -> SowRecord:
+        return SowRecord(key, json.dumps({"v": v}).encode(), 1_000 + v, v, expire_at, "", "")
+
+    for i, key in enumerate(keys):  # every read first (cached, absent), then written
+        assert topic.get(key) is None
+        topic.upsert(rec(key, i, expire_at=5_000 if i % 3 == 0 else 0), None)
+    _assert_exact(topic, keys)
+    # A batch updating one key twice and inserting another: the last version is read back.
+    topic.upsert_many([rec("k1", 100), rec("k1", 101), rec("new", 102)], inserts=1)
+    assert topic.get("k1").data == b'{"v": 101}' and topic.get("new") is not None
+    _assert_exact(topic, [*keys, "new"])
+    # Deletes by key and by filter.
+    assert [r.key for r in topic.delete_keys(["k2", "missing"])] == ["k2"]
+    assert topic.get("k2") is None
+    examined, removed = topic.delete_matching(lambda msg: msg.get("/v") in (4, 5))
+    assert sorted(r.key for r in removed) == ["k4", "k5"] and topic.get("k4") is None
+    _assert_exact(topic, [*keys, "new"])
+    # Expiration (k0, k3, k6, k9 expire at 5_000; k9 was cached by the reads above).
+    assert sorted(r.key for r in topic.pop_expired(6_000)) == ["k0", "k3", "k6", "k9"]
+    assert all(topic.get(k) is None for k in ("k0", "k3", "k6", "k9"))
+    _assert_exact(topic, [*keys, "new"])
+    # A failed write changes nothing, and the cache does not pretend it did.
+    failing = FailNextWrite(inner, monkeypatch)
+    failing.armed = True
+    with pytest.raises(StorageError):
+        topic.upsert_many([rec("k7", 700), rec("fresh", 701)], inserts=1)
+    assert topic.get("k7").data == b'{"v": 7}' and topic.get("fresh") is None
+    failing.armed = True
+    with pytest.raises(StorageError):
+        topic.delete_keys(["k8"])
+    assert topic.get("k8") is not None
+    _assert_exact(topic, [*keys, "new", "fresh"])
+    # What start-up recovery does (puts and deletes in one write), and a compaction.
+    topic.storage.write(puts=[(b"k10", rec("k10", 1000).encode())], deletes=[b"k11", b"new"])
+    topic.storage.compact()
+    assert topic.get("k10").data == b'{"v": 1000}' and topic.get("k11") is None and topic.get("new") is None
+    _assert_exact(topic, [*keys, "new", "fresh"])
+    assert topic.count() == inner.count() == len(list(inner.scan()))
+    stats = topic.storage.statistics()
+    assert stats["cache_hits"] > 0 and stats["cache_misses"] > 0
+    topic.storage.close()
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "delete", "get", "batch", "fail"]),
+                          st.integers(0, 15), st.binary(max_size=40)), max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS, bound=st.sampled_from([0, 200, 1_000, 1 << 20]))
+def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]], bound: int) -> None:
+    inner = MemoryStorage(StorageSpec(topic="t"))
+    cached = CachedStorage(inner, max_bytes=bound)
+    fail = [False]
+    real = inner.write
+
+    def write(puts: Any = (), deletes: Any = ()) -> None:
+        if fail[0]:
+            fail[0] = False
+            raise StorageError("injected")
+        real(puts, deletes)
+
+    inner.write = write  # type: ignore[method-assign]
+    for op, k, value in ops:
+        key = b"k%d" % k
+        if op == "put":
+            cached.write(puts=[(key, value)])
+        elif op == "delete":
+            cached.write(deletes=[key])
+        elif op == "batch":
+            cached.write(puts=[(key, value), (b"k%d" % ((k + 1) % 16), value + b"!"), (key, value + b"?")],
+                         deletes=[b"k%d" % ((k + 2) % 16)])
+        elif op == "fail":
+            fail[0] = True
+            with pytest.raises(StorageError):
+                cached.write(puts=[(key, b"never")], deletes=[b"k%d" % ((k + 3) % 16)])
+        assert cached.get(key) == inner.get(key)
+    for k in range(16):
+        assert cached.get(b"k%d" % k) == inner.get(b"k%d" % k)
+    assert cached.count() == inner.count()
+
+
+def test_leveldb_count_stays_exact_without_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache tells LevelDB which keys exist (it just read them): the record count is kept without a point
+    read per key of a write batch."""
+    inner = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t.sow")))
+    cached = CachedStorage(inner)
+    for i in range(100):
+        assert cached.get(b"k%d" % i) is None
+    db_reads = [0]
+    real_db = inner._db
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_db, name)
+
+        def get(self, key: bytes) -> Any:
+            db_reads[0] += 1
+            return real_db.get(key)
+
+    monkeypatch.setattr(inner, "_wdb", Counting())
+    cached.write(puts=[(b"k%d" % i, b"v") for i in range(100)] + [(b"k1", b"again")])
+    cached.write(puts=[(b"k%d" % i, b"w") for i in range(50)], deletes=[b"k99"])
+    assert db_reads[0] == 0 and inner.count() == 99 == len(list(inner.scan()))
+    inner.close()
