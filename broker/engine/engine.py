@@ -56,6 +56,9 @@ class PublishOutcome:
 
 #: :meth:`Engine.publish_batch`'s answer for a re-sent publish (its ``s`` was applied before): not applied again.
 DUPLICATE = -1
+#: One message for :meth:`Engine.publish_batch`, its header fields read once by the session: ``(topic, body,
+#: delta, s, sow_key, correlation_id, expiration)`` (``delta``: a ``delta_publish``; absent fields ``None``).
+PublishMessage = tuple[str | None, bytes, bool, int | None, str | None, str | None, Any]
 _PUBLISH = int(Command.PUBLISH)
 _DELTA = int(Command.DELTA_PUBLISH)
 
@@ -194,14 +197,16 @@ class Engine:
                 topic, a message that cannot be parsed or keyed or is nested deeper than ``max_depth``;
                 ``StorageError`` for a failed SOW write).
         """
-        result = self.publish_batch(client, [(header, body, delta)], max_depth)[0]
+        message = (header.get("topic"), body, delta, header.get("seq"), header.get("sow_key"),
+                   header.get("correlation_id"), header.get("expiration"))
+        result = self.publish_batch(client, [message], max_depth)[0]
         if isinstance(result, BrokerError):
             raise result
         return PublishOutcome(max(result, 0), duplicate=result == DUPLICATE)
 
-    def publish_batch(self, client: Any, messages: Sequence[tuple[Mapping[str, Any], bytes, bool]],
+    def publish_batch(self, client: Any, messages: Sequence[PublishMessage],
                       max_depth: int | None = None) -> list[int | BrokerError]:
-        """Apply a client's publishes (``(header, body, delta)`` each, in order) in one engine step.
+        """Apply a client's publishes (:data:`PublishMessage` each, in order) in one engine step.
 
         Consecutive messages to the same topic form a run: one journal append (:meth:`JournalWriter.append_many`,
         held while the SOW is written), one storage write for the run's SOW upserts, then the fan-out of each
@@ -212,7 +217,7 @@ class Engine:
 
         Args:
             client: The publishing session.
-            messages: ``(header, body, delta)`` per message; ``delta``: a ``delta_publish``.
+            messages: The header fields and body of each message (:data:`PublishMessage`).
             max_depth: The publisher's transport ``<MaxMessageDepth>`` (``None``: no limit).
 
         Returns:
@@ -223,9 +228,9 @@ class Engine:
         now_ns = time.time_ns()
         start, count = 0, len(messages)
         while start < count:
-            topic = messages[start][0].get("topic")
+            topic = messages[start][0]
             end = start + 1
-            while end < count and messages[end][0].get("topic") == topic:
+            while end < count and messages[end][0] == topic:
                 end += 1
             if not topic:
                 for i in range(start, end):
@@ -235,7 +240,7 @@ class Engine:
             start = end
         return results
 
-    def _publish_run(self, client: Any, topic: str, messages: Sequence[tuple[Mapping[str, Any], bytes, bool]],
+    def _publish_run(self, client: Any, topic: str, messages: Sequence[PublishMessage],
                      start: int, end: int, results: list[int | BrokerError], now_ns: int,
                      max_depth: int | None) -> None:
         """Apply ``messages[start:end]``, all to ``topic`` (see :meth:`publish_batch`), into ``results``."""
@@ -263,8 +268,7 @@ class Engine:
             mt = client.message_type
         received = 0
         for i in range(start, end):
-            header, body, delta = messages[i]
-            seq = header.get("seq")
+            _topic, body, delta, seq, user_key, x, expiration = messages[i]
             if seq and name and seq <= high:
                 results[i] = DUPLICATE
                 continue
@@ -272,7 +276,7 @@ class Engine:
                 results[i] = CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
                 continue
             received += 1
-            x = header.get("correlation_id") or ""
+            x = x or ""
             try:
                 if sow is None:
                     run.append(_Publish(i, body, mt.lazy(body, max_depth=max_depth), None, None, seq or 0, x, 0,
@@ -281,7 +285,7 @@ class Engine:
                         high = seq
                     continue
                 msg = parse(body, keyed=True, max_depth=max_depth)
-                key = key_for(msg, header.get("sow_key"))
+                key = key_for(msg, user_key)
                 previous = latest.get(key)
                 expired = None
                 if previous is None:
@@ -294,8 +298,8 @@ class Engine:
                     msg = parse(body, keyed=True)
                 expire_at = 0
                 if default_expiration is not None:  # before journaling: a bad value refuses the message
-                    e = header.get("expiration")
-                    lifetime = _parse_expiration(e) if e not in (None, "") else default_expiration
+                    lifetime = (_parse_expiration(expiration) if expiration not in (None, "")
+                                else default_expiration)
                     if lifetime:
                         expire_at = now_ns + int(lifetime * 1e9)
             except BrokerError as exc:

@@ -8,6 +8,7 @@ into :meth:`Connection.receive_data` and drains :meth:`Connection.next_event` un
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass
 from typing import Final, NoReturn
@@ -64,6 +65,8 @@ class ConnectionStatistics:
 
 #: Distinct headers a connection remembers (see ``Connection._headers``).
 _HEADER_CACHE_SIZE = 64
+#: A bare ``"s"`` value (a publish store's sequence) in a header's bytes: its digits are group 1.
+_SEQ_FIELD = re.compile(rb'"s":(\d{1,19})(?=[,}])')
 
 
 class Connection:
@@ -199,27 +202,47 @@ class Connection:
         key = buf[start : close + 1] if close > 0 else b""
         if type(key) is not bytes:
             key = bytes(key)
-        cached = self._headers.get(key)
+        headers = self._headers
+        cached = headers.get(key)
         if cached is not None:
             header, body_start = cached, close + 1
         else:
-            try:
-                header, body_start = decode_header(buf, start, end)
-            except RemoteProtocolError as exc:
-                self._error = exc
-                raise
-            # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
-            # decode_header's own fast path argues), and none carrying a per-command field.
-            if body_start == close + 1 and header.get("seq") is None and header.get("cmd_id") is None:
-                if len(self._headers) >= _HEADER_CACHE_SIZE:
-                    self._headers.clear()
-                self._headers[key] = header
+            # A publish-store publish differs from the previous one only in the digits of its "s": look its
+            # header up without them (a copy of the cached one with this seq).
+            seq_at = _SEQ_FIELD.search(key) if b"\\" not in key else None
+            if seq_at is not None and (cached := headers.get(key[:seq_at.start(1)] + key[seq_at.end(1):])) is not None:
+                fields = dict(cached.__dict__)
+                fields["seq"] = int(seq_at[1])
+                header, body_start = Header._from_dict(fields), close + 1
+            else:
+                try:
+                    header, body_start = decode_header(buf, start, end)
+                except RemoteProtocolError as exc:
+                    self._error = exc
+                    raise
+                # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
+                # decode_header's own fast path argues), and none carrying a per-command field but "s".
+                if body_start == close + 1 and header.get("cmd_id") is None:
+                    self._keep_header(key, header, seq_at)
         body = buf[body_start:end]
         if type(body) is not bytes:
             body = bytes(body)
         self._pos = end
         self._frames_received += 1
         return Frame(header, body)
+
+    def _keep_header(self, key: bytes, header: Header, seq_at: re.Match[bytes] | None) -> None:
+        """Remember a decoded header by its bytes; one with a publish-store ``s`` by its bytes without the
+        digits, when ``seq_at`` found them: without a backslash in the header (no escapes) a decoded header's
+        ``"s":`` can only be its ``s`` key, and it must be the only one, holding the value decoded."""
+        seq = header.get("seq")
+        if seq is not None:
+            if seq_at is None or int(seq_at[1]) != seq or key.count(b'"s":') != 1:
+                return
+            key = key[:seq_at.start(1)] + key[seq_at.end(1):]
+        if len(self._headers) >= _HEADER_CACHE_SIZE:
+            self._headers.clear()
+        self._headers[key] = header
 
     def pending_frame_size(self) -> int:
         """The bytes the frame being received occupies once complete (its declared payload plus the 4 length

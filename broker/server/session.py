@@ -19,7 +19,7 @@ import trio
 
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
-from broker.engine.engine import DUPLICATE
+from broker.engine.engine import DUPLICATE, PublishMessage
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
@@ -30,6 +30,7 @@ from broker.protocol import (
     NEED_DATA,
     Connection,
     DeliveryTemplate,
+    Header,
     encode_frame,
     encode_sow_records,
 )
@@ -339,8 +340,8 @@ class Session:
                     if frame is CLOSED:
                         return
                     header = frame.header
-                    if header.get("command") in _PLAIN_PUBLISH and self.logged_on and (
-                            header.get("ack_type") or "") in _BATCH_ACKS:
+                    if header.command in _PLAIN_PUBLISH and self.logged_on and (
+                            header.ack_type or "") in _BATCH_ACKS:
                         batch.append(frame)  # the hot path, without awaiting
                         continue
                     if batch:
@@ -428,37 +429,39 @@ class Session:
         self.messages_in += len(frames)
         grants = self.grants
         check_sequence = self._check_sequence
-        messages: list[tuple[Any, bytes, bool]] = []
-        accepted: list[Any] = []
+        messages: list[PublishMessage] = []
+        accepted: list[Header] = []
         # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
         high = 0
         for frame in frames:
             header = frame.header
-            command = header.get("command")
-            try:
-                if grants is not None:
-                    self._entitled(command, header)
-                seq = header.get("seq")
-                if seq:
-                    if not (isinstance(seq, int) and seq <= high + 1 and high):
-                        check_sequence(seq, high)
-                    if isinstance(seq, int) and seq > high:
-                        high = seq
-            except BrokerError as exc:
-                self._failed(header, requested_acks(header), command, exc)
-                continue
-            messages.append((header, frame.body, command == "delta_publish"))
+            command = header.command
+            seq = header.seq
+            if grants is not None or seq:
+                try:
+                    if grants is not None:
+                        self._entitled(command, header)
+                    if seq:
+                        if not (seq <= high + 1 and high):  # one past the last: within any jump limit
+                            check_sequence(seq, high)
+                        if seq > high:
+                            high = seq
+                except BrokerError as exc:
+                    self._failed(header, requested_acks(header), command, exc)
+                    continue
+            messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
+                             header.correlation_id, header.expiration))
             accepted.append(header)
         if not messages:
             return
         results = self.engine.publish_batch(self, messages, self.transport.max_message_depth)
         waiting = 0  # the journal sequence the batch's persisted ack waits for
-        last: Any = None  # the header of the highest s acknowledged as persisted
+        last: Header | None = None  # the header of the highest s acknowledged as persisted
         journal = self.broker.journal
         for header, result in zip(accepted, results, strict=True):
-            a = header.get("ack_type")
-            if isinstance(result, BrokerError):
-                self._failed(header, requested_acks(header) if a else _NO_ACKS, header.get("command"), result)
+            a = header.ack_type
+            if result.__class__ is not int:
+                self._failed(header, requested_acks(header) if a else _NO_ACKS, header.command, result)
                 continue
             if not a:
                 continue
@@ -474,9 +477,9 @@ class Session:
                         result = 0
                 if result > waiting:
                     waiting = result
-                if header.get("cmd_id") is not None:
+                if header.cmd_id is not None:
                     self._persisted_ack(result, header)  # its own ack: a handler waits on its cid
-                elif last is None or (header.get("seq") or 0) >= (last.get("seq") or 0):
+                elif last is None or (header.seq or 0) >= (last.seq or 0):
                     last = header
         if last is not None:
             self._persisted_ack(waiting, last)

@@ -16,7 +16,7 @@ The bound is in bytes (keys, values and a fixed overhead per entry), kept as two
 added to the young one; when it passes half the bound it becomes the old one and the previous old one is
 dropped; a hit in the old generation moves the entry back to the young one. That approximates LRU at the
 cost of a plain dict lookup or two per read (an ordered dict moving each hit to its end costs more), and
-holds at most the bound.
+holds at most the bound plus one write batch.
 """
 
 from __future__ import annotations
@@ -63,15 +63,6 @@ class CachedStorage(Storage):
         return getattr(self.inner, name)
 
     # -- the cache ----------------------------------------------------------------------------------------
-    def _keep(self, key: bytes, value: bytes | None) -> None:
-        young = self._young
-        young[key] = value
-        self._young_bytes += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-        if self._young_bytes > self._half:
-            self._old = young
-            self._young = {}
-            self._young_bytes = 0
-
     def _forget(self, keys: Iterable[bytes]) -> None:
         young, old = self._young, self._old
         for key in keys:
@@ -117,8 +108,13 @@ class CachedStorage(Storage):
         else:
             self.misses += 1
             value = self.inner.get(key)
-        if self._half:
-            self._keep(key, value)
+        if self._half:  # _keep, inline: once per publish
+            self._young[key] = value
+            self._young_bytes += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if self._young_bytes > self._half:
+                self._old = self._young
+                self._young = {}
+                self._young_bytes = 0
         return value
 
     def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
@@ -141,10 +137,19 @@ class CachedStorage(Storage):
             raise
         if not self._half:
             return
+        young = self._young
+        size = self._young_bytes
         for key, value in put_list:
-            self._keep(key, value)
+            young[key] = value
+            size += len(key) + len(value) + ENTRY_OVERHEAD
         for key in delete_list:
-            self._keep(key, None)
+            young[key] = None
+            size += len(key) + ENTRY_OVERHEAD
+        self._young_bytes = size
+        if size > self._half:
+            self._old = young
+            self._young = {}
+            self._young_bytes = 0
 
     def write_known(self, puts: Iterable[tuple[bytes, bytes]], deletes: Iterable[bytes],
                     existed: Mapping[bytes, bool]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -213,6 +214,11 @@ def test_repeated_headers_decode_the_same_as_fresh_ones() -> None:
                 max_size=300), st.integers(min_value=1, max_value=97))
 def test_header_cache_never_changes_what_is_decoded(headers: list[bytes], chunk: int) -> None:
     frames = [_raw(h, b"%d" % i) for i, h in enumerate(headers)]
+    assert _in_chunks(frames, chunk) == [decode_frame(f) for f in frames]
+
+
+def _in_chunks(frames: list[bytes], chunk: int) -> list[Any]:
+    """The frames one connection decodes from ``frames`` received ``chunk`` bytes at a time."""
     data = b"".join(frames)
     conn = Connection()
     got = []
@@ -220,4 +226,28 @@ def test_header_cache_never_changes_what_is_decoded(headers: list[bytes], chunk:
         conn.receive_data(data[off : off + chunk])
         while (event := conn.next_event()) is not NEED_DATA:
             got.append(event)
+    return got
+
+
+_SEQ_HEADERS = [
+    b'{"c":"p","t":"t1","s":%d}',
+    b'{"c":"p","s":%d,"t":"t1","a":"persisted"}',
+    b'{"c":"delta_publish","t":"t1","s":%d,"a":"processed,persisted"}',
+    b'{"c":"p","t":"x\\"s\\":1","s":%d}',  # escapes: never looked up without the digits
+    b'{"c":"p","t":"t1","s":"%d"}',  # quoted: decoded each time
+    b'{"c":"p","s":1,"s":%d}',  # two "s" keys: the last wins, never cached without the digits
+    b'{"c":"p","x":"s","s":%d}',
+    b'{"c":"p","t":t1,"s":%d}',  # a bare token: the scanner's decode
+    b'{"c":"p","t":"t1","cid":"c%d","s":5}',
+]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_SEQ_HEADERS), st.integers(min_value=0, max_value=10**19 - 1)),
+                max_size=200), st.integers(min_value=1, max_value=97))
+def test_headers_differing_in_s_alone_decode_as_fresh_ones(headers: list[tuple[bytes, int]], chunk: int) -> None:
+    """A publish store's publishes differ only in their ``s``: their header is decoded once and copied with the new
+    sequence, which must give exactly the header a fresh decode gives, whatever the header around it."""
+    frames = [_raw(h % s, b"%d" % i) for i, (h, s) in enumerate(headers)]
+    got = _in_chunks(frames, chunk)
     assert got == [decode_frame(f) for f in frames]
+    assert [g.header.fields() for g in got] == [decode_frame(f).header.fields() for f in frames]

@@ -14,7 +14,7 @@ import pytest
 import trio
 from engine_fakes import Client, FailingWrites, broker_from
 
-from broker.engine.engine import DUPLICATE
+from broker.engine.engine import DUPLICATE, PublishMessage
 from broker.errors import CommandError, StorageError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker
@@ -38,12 +38,8 @@ def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Broker]:
     yield from broker_from(CONFIG, tmp_path, monkeypatch)
 
 
-def msg(topic: str, body: dict[str, Any] | bytes, *, seq: int | None = None, delta: bool = False,
-        **header: Any) -> tuple[dict[str, Any], bytes, bool]:
-    h = {"topic": topic, **header}
-    if seq is not None:
-        h["seq"] = seq
-    return h, body if isinstance(body, bytes) else json.dumps(body).encode(), delta
+def msg(topic: str, body: dict[str, Any] | bytes, *, seq: int | None = None, delta: bool = False) -> PublishMessage:
+    return topic, body if isinstance(body, bytes) else json.dumps(body).encode(), delta, seq, None, None, None
 
 
 def journal(b: Broker) -> list[tuple[int, str, bytes]]:
