@@ -87,11 +87,16 @@ async def _heartbeats(port: int, name: str, interval: float, gaps: list[float]) 
     stream, buffer = await logon(port, name)
     await stream.send_all(encode_frame({"c": "heartbeat", "o": f"start,{interval:g}"}))
     beat = encode_frame({"c": "heartbeat", "o": "beat"})
+    sending = trio.Lock()
+
+    async def send_beat() -> None:
+        async with sending:
+            await stream.send_all(beat)
 
     async def beats() -> None:
         while True:
             await trio.sleep(interval)
-            await stream.send_all(beat)
+            await send_beat()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(beats)
@@ -104,7 +109,7 @@ async def _heartbeats(port: int, name: str, interval: float, gaps: list[float]) 
                     if last is not None:
                         gaps.append(now - last)
                     last = now
-                    await stream.send_all(beat)
+                    await send_beat()
         finally:
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):

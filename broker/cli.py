@@ -95,6 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from broker.server.gctuning import tune_garbage_collector
+    from broker.server.gilswitch import tune_switch_interval
     from broker.server.kernel import Broker
 
     config = _load(args.config)
@@ -105,6 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def main() -> None:
         broker = Broker(config)
         tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
+        tune_switch_interval()  # the loop gets the GIL back from query threads within 1 ms
         # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
         # opens later, inside) takes SIGHUP over while it runs, as an explicit AMPS action does.
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:

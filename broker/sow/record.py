@@ -89,8 +89,11 @@ class SowRecord:
 #: Bytes a JSON string cannot hold raw, besides the quote (counted instead): a key, bookmark or correlation id
 #: holding one takes the escaping path of :class:`WireRecords`.
 _CONTROL_OR_BACKSLASH = bytes(range(0x20)) + b"\\"
-#: One record's inner header after the topic; the bytes ``%`` format of :meth:`WireRecords.add`.
-_INNER = b'%s%s","bm":"%s","ts":"%s.%06dZ","x":"%s","l":%d}'
+#: Formatted seconds a :class:`WireRecords` keeps (a topic written over an hour needs 3,600).
+MAX_SECONDS = 65_536
+#: One record's inner header after the key (the bytes ``%`` format of :meth:`WireRecords.add`; the topic and
+#: key before it are appended as they are, cheaper than formatting them in).
+_REST = b'","bm":"%s","ts":"%s.%06dZ","x":"%s","l":%d}'
 
 
 class WireRecords:
@@ -99,8 +102,8 @@ class WireRecords:
     The query hot path: a scan of a million records must not build a :class:`SowRecord`, a ``str`` key and a
     dict per record. Each record's inner header ``{"t":..,"k":..,"bm":..,"ts":..,"x":..,"l":..}`` is one
     bytes ``%`` format of the stored key, bookmark and correlation id bytes (valid UTF-8: they were encoded
-    from ``str``) and the formatted timestamp, whose ``YYYYmmddTHHMMSS`` part is reused while the records'
-    seconds repeat. One check per batch (quotes counted, no backslash or control byte) proves that no field
+    from ``str``) and the formatted timestamp, whose ``YYYYmmddTHHMMSS`` part is looked up per second (at
+    most :data:`MAX_SECONDS` kept). One check per batch (quotes counted, no backslash or control byte) proves that no field
     needed JSON escaping; a batch that fails it is formatted again through the escaping encoder, so the
     bytes are always those of :func:`broker.protocol.encode_sow_batch`.
 
@@ -108,18 +111,19 @@ class WireRecords:
         topic: The topic name every record of this encoder carries.
     """
 
-    __slots__ = ("_prefix", "_quotes", "_raw_ok", "_second", "_second_text", "topic")
+    __slots__ = ("_prefix", "_quotes", "_raw_ok", "_seconds", "topic")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         head = dumps_flat({"t": topic})
         self._prefix = head[:-1] + b',"k":"'
-        #: Quotes in one fast-formatted header when no field holds one.
-        self._quotes = (_INNER % (self._prefix, b"", b"", b"", 0, b"", 0)).count(b'"')
+        #: Quotes in the part of one fast-formatted header after the key, when no field holds one.
+        self._quotes = (_REST % (b"", b"", 0, b"", 0)).count(b'"')
         #: The topic needed no escaping (otherwise every batch takes the escaping path).
         self._raw_ok = b"\\" not in head
-        self._second = -1
-        self._second_text = b""
+        #: Epoch second -> its ``YYYYmmddTHHMMSS`` text: records come in key order, not time order, so their
+        #: seconds repeat across the scan rather than in runs.
+        self._seconds: dict[int, bytes] = {}
 
     def add(self, parts: list[bytes], rows: Sequence[tuple[bytes, bytes]]) -> None:
         """Append each record's inner header and data to ``parts``.
@@ -132,24 +136,33 @@ class WireRecords:
         unpack = _HEAD.unpack_from
         size = _HEAD.size
         prefix = self._prefix
-        second, second_text = self._second, self._second_text
+        seconds = self._seconds
+        if len(seconds) > MAX_SECONDS:
+            seconds.clear()
+        second_text = seconds.get
         append = parts.append
         for key, value in rows:
             ts, _seq, _exp, lbm, lx = unpack(value)
             secs, rem = divmod(ts, 1_000_000_000)
-            if secs != second:
-                second = secs
-                second_text = time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)).encode()
-            bm_end = size + lbm
-            off = bm_end + lx
+            text = second_text(secs)
+            if text is None:
+                text = seconds[secs] = time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)).encode()
+            off = size + lbm + lx
             data = value[off:]
-            append(_INNER % (
-                prefix, key, value[size:bm_end], second_text, rem // 1000, value[bm_end:off], len(data)))
+            append(prefix)
+            append(key)
+            if off == size:  # no bookmark, no correlation id
+                append(_REST % (b"", text, rem // 1000, b"", len(data)))
+            else:
+                append(_REST % (value[size:size + lbm], text, rem // 1000, value[size + lbm:off], len(data)))
             append(data)
-        self._second, self._second_text = second, second_text
-        headers = b"".join(parts[start::2])
-        if (not self._raw_ok or headers.count(b'"') != self._quotes * len(rows)
-                or len(headers.translate(None, _CONTROL_OR_BACKSLASH)) != len(headers)):
+        # Four parts per record: prefix, key, the rest of the header, data. A key holding no quote and the
+        # rest holding only its own quotes, neither a backslash nor a control byte, needed no escaping.
+        keys = b"".join(parts[start + 1::4])
+        rest = b"".join(parts[start + 2::4])
+        if (not self._raw_ok or b'"' in keys or rest.count(b'"') != self._quotes * len(rows)
+                or len(keys.translate(None, _CONTROL_OR_BACKSLASH)) != len(keys)
+                or len(rest.translate(None, _CONTROL_OR_BACKSLASH)) != len(rest)):
             del parts[start:]
             self._add_escaped(parts, rows)
 

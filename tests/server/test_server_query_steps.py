@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.engine.engine import Engine
-from broker.engine.queries import PAUSE, PAUSE_EVERY, SORT_RUN, plan_query
+from broker.engine.queries import PAUSE, PAUSE_EVERY, SORT_RUN, JsonFields, plan_query
 from broker.expr import compile_filter, compile_order_by
 from broker.messagetypes import get_message_type
 from broker.sow.keys import KeySpec
@@ -108,3 +108,32 @@ def test_a_delete_by_filter_scans_in_steps_and_keeps_a_record_that_stopped_match
     topic.upsert(SowRecord(key, changed, 10_000), topic.get(key))
     assert engine.delete_still_matching("t", "/v = 1", keys) == (499, 499)
     assert topic.get(key) is not None and topic.count() == 2000 - 499
+
+
+_FILTERS = ["/v = 1", "/a > 2", "/b LIKE '^x'", "/v IS NULL", "/a IN (1, 'x', 2.5)", "/v + 1 = 2",
+            "/a = /v OR /b <> 'y'", "/nested/x = 1", "/a[0] = 1"]
+_json_value = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False)
+                           | st.sampled_from(["x", "xy", "y", "1", ""]),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("xy"), inner,
+                                                                                       max_size=2), max_leaves=5)
+_body = st.one_of(
+    st.dictionaries(st.sampled_from(["a", "b", "v", "nested"]), _json_value, max_size=4).map(
+        lambda d: json.dumps(d).encode()),
+    _json_value.map(lambda v: json.dumps(v).encode()),  # not an object
+    st.binary(max_size=12),  # not JSON at all
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_body, text=st.sampled_from(_FILTERS), order=st.sampled_from(["/a", "/v DESC, /b", "/nested/x"]))
+def test_the_scan_reads_fields_exactly_as_the_message_type_does(body: bytes, text: str, order: str) -> None:
+    """A scan's fast JSON field reader gives every filter and OrderBy the answer the message type's own lazy
+    message gives, for any body: objects, other JSON values, and bytes that are not JSON."""
+    mt = get_message_type("json")
+    flt, ob = compile_filter(text), compile_order_by(order)
+    reader = JsonFields.reader(mt, [*flt.paths, *(p for p, _ in ob.fields)])
+    if reader is None:  # a path deeper than one field: the scan uses the lazy message itself
+        assert any("/" in p[1:] or "[" in p for p in [*flt.paths, *(p for p, _ in ob.fields)])
+        return
+    assert flt.match(reader(body)) == flt.match(mt.lazy(body))
+    assert ob.sort_key(reader(body)) == ob.sort_key(mt.lazy(body))
