@@ -325,8 +325,8 @@ class DeliveryRun:
 
     Each frame is byte for byte what :class:`DeliveryTemplate` (``command="p"``) gives for the same values,
     but the part of the header shared by every record of a topic (command, topic, ``sids``, the bookmark's
-    publisher) is built once, and a record costs one format and a few list appends. Values that are not
-    plain (see :data:`_NOT_PLAIN`) go through :class:`DeliveryTemplate` itself.
+    publisher) is built once, and a record costs one format and one join (:meth:`frame`, also usable alone).
+    Values that are not plain (see :data:`_NOT_PLAIN`) go through :class:`DeliveryTemplate` itself.
 
     Args:
         sids: The subscription id the replay delivers to.
@@ -347,8 +347,20 @@ class DeliveryRun:
         self.bytes = 0
 
     def add(self, topic: str, body: bytes, sequence: int, k: bytes = b"", x: bytes = b"") -> None:
-        """Append the delivery of one record: ``bm`` is the prefix, ``sequence`` and ``|``; ``k`` the SOW key
-        and ``x`` the correlation id as stored (UTF-8; left out when empty).
+        """Append the delivery of one record (see :meth:`frame`).
+
+        Raises:
+            LocalProtocolError: As :meth:`frame`.
+            UnicodeDecodeError: As :meth:`frame`.
+        """
+        frame = self.frame(topic, body, sequence, k, x)
+        self._parts.append(frame)
+        self.bytes += len(frame)
+        self.count += 1
+
+    def frame(self, topic: str, body: bytes, sequence: int, k: bytes = b"", x: bytes = b"") -> bytes:
+        """The delivery of one record: ``bm`` is the prefix, ``sequence`` and ``|``; ``k`` the SOW key and ``x``
+        the correlation id as stored (UTF-8; left out when empty).
 
         Raises:
             LocalProtocolError: The body does not fit a frame, or a value cannot be encoded.
@@ -356,24 +368,18 @@ class DeliveryRun:
         """
         heads = self._heads
         head = heads[topic] if topic in heads else self._head(topic)
-        search = _NOT_PLAIN.search
-        if head is None or x and search(x) or k and search(k):
-            frame = DeliveryTemplate("p", topic, body, bm=f"{self.bookmark_prefix}{sequence}|",
-                                     k=k.decode() or None, x=x.decode() or None).frame(self.sids)
-            self._parts.append(frame)
-            self.bytes += len(frame)
+        if head is None or x and _NOT_PLAIN.search(x) or k and not k.isalnum() and _NOT_PLAIN.search(k):
+            return DeliveryTemplate("p", topic, body, bm=f"{self.bookmark_prefix}{sequence}|", k=k.decode() or None,
+                                    x=x.decode() or None).frame(self.sids)
+        if x:
+            header = b'%b%d|","k":"%b","x":"%b"}' % (head, sequence, k, x) if k else \
+                b'%b%d|","x":"%b"}' % (head, sequence, x)
         else:
-            if x:
-                header = b'%b%d|","k":"%b","x":"%b"}' % (head, sequence, k, x) if k else \
-                    b'%b%d|","x":"%b"}' % (head, sequence, x)
-            else:
-                header = b'%b%d|","k":"%b"}' % (head, sequence, k) if k else b'%b%d|"}' % (head, sequence)
-            size = len(header) + len(body)
-            if size > MAX_PAYLOAD:
-                raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix")
-            self._parts += (_LEN.pack(size), header, body)
-            self.bytes += size + 4
-        self.count += 1
+            header = b'%b%d|","k":"%b"}' % (head, sequence, k) if k else b'%b%d|"}' % (head, sequence)
+        size = len(header) + len(body)
+        if size > MAX_PAYLOAD:
+            raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix")
+        return b"".join((_LEN.pack(size), header, body))
 
     def _head(self, topic: str) -> bytes | None:
         head = None

@@ -296,7 +296,7 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             until = min(cut, journal.durable_sequence)
             if encoder is not None:
                 records: Iterator[Any] = await trio.to_thread.run_sync(
-                    partial(journal.reader().runs, position, until_sequence=until))
+                    partial(journal.reader().runs, position, until_sequence=until, make=encoder.make))
             else:
                 records = await trio.to_thread.run_sync(partial(journal.replay, position, until_sequence=until))
             try:

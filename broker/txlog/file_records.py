@@ -5,12 +5,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
 from broker.txlog.files import COMPRESSED_SUFFIX
-from broker.txlog.records import MIN_HEADER_SIZE, CorruptRecord, Record, decode_run, record_length
+from broker.txlog.records import (
+    MIN_HEADER_SIZE,
+    CorruptRecord,
+    Record,
+    RecordMaker,
+    decode_run,
+    record_length,
+)
 
 #: Bytes read from a file at a time.
 CHUNK = 1 << 20
@@ -88,7 +95,7 @@ def _refill(f: BinaryIO, buf: bytes, pos: int, need: int, chunk: int = 0) -> byt
     return b"".join(parts)
 
 
-def iter_runs(f: BinaryIO, offset: int = 0) -> Iterator[tuple[list[int], list[Record]]]:
+def iter_runs(f: BinaryIO, offset: int = 0, make: RecordMaker | None = None) -> Iterator[tuple[list[int], list[Any]]]:
     """Yield ``(offsets, records)`` runs of records from ``offset`` on, one per read buffer: :func:`iter_raw` and
     :func:`~broker.txlog.records.decode_exact` in one loop, decoding in place in the buffer (the replays' hot
     path: no copy and no call per record).
@@ -96,6 +103,7 @@ def iter_runs(f: BinaryIO, offset: int = 0) -> Iterator[tuple[list[int], list[Re
     Args:
         f: A file from :func:`open_journal_file`.
         offset: Where a record starts (0 or an index point). Compressed files seek by decompressing.
+        make: What to build of each record (see :func:`~broker.txlog.records.decode_run`).
 
     Raises:
         CorruptRecord: At the first record that is not valid (inconsistent header, bad CRC, text not UTF-8),
@@ -108,7 +116,7 @@ def iter_runs(f: BinaryIO, offset: int = 0) -> Iterator[tuple[list[int], list[Re
     base = offset
     chunk = FIRST_CHUNK  # a small first read: a replay's first records go out sooner
     while True:
-        records, offsets, pos, problem = decode_run(buf, pos, base)
+        records, offsets, pos, problem = decode_run(buf, pos, base, -1, make)
         if records:
             yield offsets, records
         if problem is not None and not problem.truncated:

@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from broker.errors import JournalError
 from broker.txlog.bookmarks import ReplayStart
@@ -27,7 +27,14 @@ from broker.txlog.damage import DamageCounter, DamagedRange, load, walk
 from broker.txlog.file_records import first_header, iter_runs, open_journal_file
 from broker.txlog.files import JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
-from broker.txlog.records import CorruptRecord, Record, peek_sequence_timestamp
+from broker.txlog.records import (
+    CorruptRecord,
+    Record,
+    RecordMaker,
+    decode_run,
+    encode,
+    peek_sequence_timestamp,
+)
 
 log = logging.getLogger("broker.txlog")
 
@@ -135,7 +142,8 @@ class JournalReader:
         for run in self.runs(start, until_sequence=until_sequence):
             yield from run
 
-    def runs(self, start: ReplayStart | None = None, *, until_sequence: int | None = None) -> Iterator[list[Record]]:
+    def runs(self, start: ReplayStart | None = None, *, until_sequence: int | None = None,
+             make: RecordMaker | None = None) -> Iterator[list[Any]]:
         """Yield the records a replay from ``start`` delivers, in sequence order, in runs (lists) of those read
         together: a replay's hot loop handles a run at a time rather than resuming a generator per record.
 
@@ -145,6 +153,9 @@ class JournalReader:
                 never read, so a record being written is never seen. ``None`` reads to the end of the files
                 (offline tools), passing over damaged ranges (resynchronising on the next valid record) and
                 noting them in :attr:`problems`.
+            make: What to build of each record instead of a :class:`~broker.txlog.records.Record` (see
+                :func:`~broker.txlog.records.decode_run`; a replay builds its delivery frames). A record read
+                past a damaged range is still a ``Record``.
 
         Yields:
             Runs of records (never empty), lazily: the caller reads at its own pace. Closing the generator
@@ -194,7 +205,7 @@ class JournalReader:
                     prev_index = jf.index
                     offset = self.index.seek(jf.index, start.after_sequence, start.from_timestamp_ns) if first else 0
                     first = False
-                    for run in self._file_runs(jf, offset, until_sequence):
+                    for run in self._file_runs(jf, offset, until_sequence, make):
                         if run[0].sequence <= last_seq:  # overlap of a duplicated file (crash during archive/compress)
                             run = _after(run, last_seq)
                             if not run:
@@ -251,7 +262,8 @@ class JournalReader:
                 hi = mid
         return max(lo - 1, 0)
 
-    def _file_runs(self, jf: JournalFile, offset: int, until_sequence: int | None) -> Iterator[list[Record]]:
+    def _file_runs(self, jf: JournalFile, offset: int, until_sequence: int | None,
+                   make: RecordMaker | None = None) -> Iterator[list[Any]]:
         """A file's records from ``offset`` on, in runs; noting index points as they pass."""
         bad: CorruptRecord | None = None
         last = 0
@@ -259,7 +271,7 @@ class JournalReader:
         index, wants, note = jf.index, self.index.wants, self.index.note
         with f:
             try:
-                for offsets, run in iter_runs(f, offset):
+                for offsets, run in iter_runs(f, offset, make):
                     done = until_sequence is not None and run[-1].sequence >= until_sequence
                     if done and run[-1].sequence > until_sequence:  # a run is a read buffer: never past the end
                         assert until_sequence is not None
@@ -277,7 +289,7 @@ class JournalReader:
             for rec in self._past_damage(jf, bad.offset, until_sequence, last):
                 if until_sequence is not None and rec.sequence > until_sequence:
                     return
-                yield [rec]
+                yield [rec] if make is None else decode_run(encode(rec), 0, 0, 1, make)[0]
 
     def _past_damage(self, jf: JournalFile, offset: int, until_sequence: int | None,
                      previous: int) -> Iterator[Record]:

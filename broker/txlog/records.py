@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import google_crc32c
 
@@ -340,8 +341,15 @@ def decode_at(buf: bytes, pos: int, offset: int) -> tuple[Record, int]:
     raise problem
 
 
-def decode_run(buf: bytes, pos: int, base: int, most: int = -1
-               ) -> tuple[list[Record], list[int], int, CorruptRecord | None]:
+#: Builds what :func:`decode_run` returns for a valid record instead of a :class:`Record`, from
+#: ``(buf, sequence, timestamp_ns, command, topic, key_start, key_length, correlation_start, correlation_length,
+#: end)`` (the data is ``buf[correlation_start + correlation_length:end]``). Whatever it returns must have the
+#: record's ``sequence`` and ``timestamp_ns`` attributes (the readers' rules use them).
+RecordMaker = Callable[[bytes, int, int, "Command", str, int, int, int, int, int], Any]
+
+
+def decode_run(buf: bytes, pos: int, base: int, most: int = -1, make: RecordMaker | None = None
+               ) -> tuple[list[Any], list[int], int, CorruptRecord | None]:
     """Decode the records from ``pos`` in ``buf`` until its end or the first that is not valid, in place (no
     copy of each record first) and in one loop (no call per record): the readers' hot path.
 
@@ -352,6 +360,8 @@ def decode_run(buf: bytes, pos: int, base: int, most: int = -1
         pos: Where the first record starts in ``buf``.
         base: The file offset of ``buf[0]`` (records' offsets are ``base`` + their position).
         most: Decode at most this many records (-1: no limit).
+        make: What to build of each valid record (default: a :class:`Record`); a replay builds its delivery
+            frame straight from the buffer. Every check is made either way.
 
     Returns:
         ``(records, offsets, end, problem)``: the records decoded, their offsets in the file, the position in
@@ -409,16 +419,19 @@ def decode_run(buf: bytes, pos: int, base: int, most: int = -1
         topic = texts.get(raw)
         if topic is None and (topic := _text(raw)) is None:
             return records, offsets, pos, _not_utf8(offset, raw)
-        key = buf[at : at + klen]
         at += klen
         raw = buf[at : at + mlen]
         mtype = texts.get(raw)
         if mtype is None and (mtype := _text(raw)) is None:
             return records, offsets, pos, _not_utf8(offset, raw)
         at += mlen
-        add_record(new(Record, (seq, ts, command, topic, buf[at + clen : end], key, phash, pseq, mtype,
-                                buf[at : at + clen],
-                                _EXPIRATION.unpack_from(buf, pos + MIN_HEADER_SIZE)[0] if version == FORMAT_VERSION else 0)))
+        if make is not None:
+            add_record(make(buf, seq, ts, command, topic, start + tlen, klen, at, clen, end))
+        else:
+            add_record(new(Record, (seq, ts, command, topic, buf[at + clen : end], buf[start + tlen : start + tlen + klen],
+                                    phash, pseq, mtype, buf[at : at + clen],
+                                    _EXPIRATION.unpack_from(buf, pos + MIN_HEADER_SIZE)[0] if version == FORMAT_VERSION
+                                    else 0)))
         add_offset(offset)
         pos = end
     return records, offsets, pos, None
