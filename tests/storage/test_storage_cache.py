@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from broker.errors import StorageError
 from broker.messagetypes import get_message_type
-from broker.sow.cache import CachedStorage
+from broker.sow.cache import ENTRY_OVERHEAD, MISS, CachedStorage
 from broker.sow.record import SowRecord
 from broker.sow.storage import Storage, StorageSpec
 from broker.sow.topic import SowTopic
@@ -190,3 +190,20 @@ def test_leveldb_count_stays_exact_without_reads(tmp_path: Path, monkeypatch: py
     cached.write(puts=[(b"k%d" % i, b"w") for i in range(50)], deletes=[b"k99"])
     assert db_reads[0] == 0 and inner.count() == 99 == len(list(inner.scan()))
     inner.close()
+
+
+def test_least_recently_used_first_out_within_the_bound() -> None:
+    """A cycle over as many keys as fit is served from the cache from its second pass on (W1's 1M publishes over
+    100k keys, in order), and the bytes kept never pass the bound."""
+    entry = 10 + 100 + ENTRY_OVERHEAD  # b"key-%06d" and a 100-byte value
+    cached = CachedStorage(MemoryStorage(StorageSpec(topic="t")), max_bytes=entry * 50)
+    keys = [b"key-%06d" % i for i in range(50)]
+    for _round in range(3):
+        for key in keys:
+            cached.get(key)
+            cached.write(puts=[(key, b"v" * 100)])
+            assert cached._bytes <= cached.max_bytes
+    assert (cached.hits, cached.misses) == (100, 50)
+    cached.get(b"key-000000")  # now the most recently used
+    cached.write(puts=[(b"other-0001", b"v" * 100)])  # evicts the least recently used: key-000001
+    assert cached.cached(b"key-000000") is not MISS and cached.cached(b"key-000001") is MISS
