@@ -128,7 +128,7 @@ async def _phase(port: int, args: argparse.Namespace, queries: bool) -> dict[str
     missed = sum(1 for g in gaps if g > args.heartbeat + args.heartbeat_slack)
     return {**row, **dict(zip(("queries", "rows", "failed"), values, strict=True)),
             "heartbeats": len(gaps) + 1 if gaps else 0, "max_gap_s": max(gaps, default=float("nan")),
-            "missed": missed}
+            "missed": missed, "gaps_s": [round(g, 4) for g in gaps]}
 
 
 async def _run(args: argparse.Namespace, broker: BrokerProcess, data: Path) -> int:
