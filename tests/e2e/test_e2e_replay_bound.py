@@ -23,7 +23,7 @@ TXLOG = """
 """
 SOW = """<Topic><Name>hist</Name><MessageType>json</MessageType><Key>/n</Key><FileName>./sow/%n.sow</FileName>
   <History><Window>1h</Window><Granularity>0s</Granularity></History></Topic>"""
-LIMIT = 6 * 1024 * 1024  # MessageMemoryLimit: the replay queues up to 2 MB plus a chunk of 512 records
+LIMIT = 6 * 1024 * 1024  # MessageMemoryLimit: the replay queues up to 2 MB plus a chunk of at most 512 KiB
 BOUND = LIMIT // 4  # what one replaying subscription may hold
 PAD = "x" * 2000
 BEFORE = 8000  # ~16 MB in the journal: more than the socket buffers and the outbound watermark together
