@@ -192,8 +192,9 @@ class JournalReader:
             last_seq = 0
             prev_index: int | None = None
             first = True
-            # Whether every later record is in the replay: sequences increase, so once one record is after
-            # start.after_sequence all are (a start by timestamp is checked record by record).
+            # Whether every later record is in the replay: sequences increase and timestamps never decrease
+            # (the writer clamps them), so the records a start selects are a suffix of the log: once one is in,
+            # all the later ones are.
             all_in = start.is_epoch
             while True:
                 for jf in files[pos:]:
@@ -220,7 +221,7 @@ class JournalReader:
                         if not all_in:
                             includes = start.includes
                             run = [rec for rec in run if includes(rec.sequence, rec.timestamp_ns)]
-                            all_in = bool(run) and start.from_timestamp_ns is None
+                            all_in = bool(run)
                         if run:
                             yield run
                         if until_sequence is not None and last_seq >= until_sequence:
