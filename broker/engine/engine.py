@@ -384,12 +384,21 @@ class Engine:
         """Fan out each message of an applied run in order (and update paginated windows)."""
         candidates = self.router.candidates(topic)
         windows = self.router.windows if sow is not None and self.router.windows.covers(topic) else None
+        # Subscriptions without a filter, delta or replay in progress get every message whole: who gets what is
+        # the same for the whole run, so it is worked out once (the usual fan-out, decided per message, else).
+        plain = _plain_targets(candidates)
         delivered = clients = 0
         for one in run:
             results[one.index] = one.sequence
             if one.expired is not None:
                 self._send_oof(sow, [one.expired], "expired")  # type: ignore[arg-type]
-            if candidates:
+            if plain is not None:
+                x = one.x or None
+                for client, sids in plain:
+                    client.send_publish(topic, sids, one.body, one.bm, one.key, x)
+                delivered += len(plain)
+                clients += len(plain)
+            elif candidates:
                 d, c = self._fan_out(candidates, topic, one.body, one.msg, one.bm, one.key, one.x or None,
                                      one.previous, sow)
                 delivered += d
@@ -733,6 +742,24 @@ class _OtherSids:
 
     oofs: list[str] = field(default_factory=list)
     deltas: list[str] = field(default_factory=list)
+
+
+def _plain_targets(candidates: tuple[Subscription, ...]) -> list[tuple[Client, str]] | None:
+    """``(client, sub_ids)`` per client when every candidate gets every message of the topic whole (no filter,
+    no delta, no replay holding live messages); ``None`` when some subscription decides per message. Each
+    client's sub_ids in the order :meth:`Engine._fan_out` lists them."""
+    if not candidates:
+        return None
+    by_client: dict[Client, list[str]] = {}
+    for sub in candidates:
+        if sub.filter is not None or sub.delta or sub.replay_buffer is not None or sub.capture_all:
+            return None
+        sids = by_client.get(sub.client)
+        if sids is None:
+            by_client[sub.client] = [sub.sub_id]
+        else:
+            sids.append(sub.sub_id)
+    return [(client, ",".join(sids)) for client, sids in by_client.items()]
 
 
 def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:
