@@ -98,6 +98,8 @@ SUBSCRIPTION_DETAILS = 1000
 JOURNAL_FILES_LISTED = 200
 #: Client rows built per event-loop step when the Admin server samples statistics (about 1 ms per slice).
 STATISTICS_SLICE = 200
+#: The ack type of a persisted ack sent once the journal is durable.
+_PERSISTED = frozenset({"persisted"})
 
 
 class Broker:
@@ -147,7 +149,7 @@ class Broker:
         #: Every filter's evaluation and plugin-function errors, counted together (Prometheus).
         self.filter_errors = FilterStatistics()
         self.journal: Any = None
-        self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any]]] = deque()
+        self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any], str | None]] = deque()
         #: Set when records are appended that the syncer has not covered; made in serve().
         self._journal_dirty: trio.Event | None = None
         #: Set (and replaced) after every sync.
@@ -288,9 +290,12 @@ class Broker:
         return last
 
     # -- durability ----------------------------------------------------------------------------------
-    def after_durable(self, sequence: int, session: Any, header: Mapping[str, Any]) -> None:
-        """Send ``session`` a persisted ack for ``header`` once the journal is durable past ``sequence``."""
-        self._durable_waiters.append((sequence, session, header))
+    def after_durable(self, sequence: int, session: Any, header: Mapping[str, Any],
+                      reason: str | None = None) -> None:
+        """Send ``session`` a persisted ack for ``header`` once the journal is durable past ``sequence``: a
+        success, or the failure ``reason`` of a command refused while earlier ones still wait (the client's
+        publish store discards every message up to the ``s`` of any persisted ack, failed or not)."""
+        self._durable_waiters.append((sequence, session, header, reason))
         if self._journal_dirty is not None:
             self._journal_dirty.set()
 
@@ -364,8 +369,8 @@ class Broker:
             self._synced = trio.Event()
             waiters = self._durable_waiters
             while waiters and waiters[0][0] <= durable:
-                _, session, header = waiters.popleft()
-                session.ack(header, frozenset({"persisted"}), "persisted", s=header.get("seq"))
+                _, session, header, reason = waiters.popleft()
+                session.ack(header, _PERSISTED, "persisted", reason=reason, s=header.get("seq"))
 
     # -- running -------------------------------------------------------------------------------------
     async def _expiration_sweeper(self) -> None:

@@ -434,9 +434,12 @@ class Session:
         check_sequence = self._check_sequence
         messages: list[PublishMessage] = []
         accepted: list[Header] = []
+        # Refused before the engine (entitlement, sequence jump), by position in the batch: answered in order
+        # with the others below, so that no persisted ack overtakes an earlier message's (see _failed).
+        refused: dict[int, BrokerError] = {}
         # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
         high = 0
-        for frame in frames:
+        for position, frame in enumerate(frames):
             header = frame.header
             command = header.command
             seq = header.seq
@@ -450,20 +453,26 @@ class Session:
                         if seq > high:
                             high = seq
                 except BrokerError as exc:
-                    self._failed(header, requested_acks(header), command, exc)
+                    refused[position] = exc
                     continue
             messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
                              header.correlation_id, header.expiration))
             accepted.append(header)
-        if not messages:
-            return
-        results = self.engine.publish_batch(self, messages, self.transport.max_message_depth)
+        results = self.engine.publish_batch(self, messages, self.transport.max_message_depth) if messages else []
+        pairs: Any = zip(accepted, results, strict=True)
+        if refused:  # back in the order the frames came
+            applied = iter(pairs)
+            pairs = [(frame.header, refused[n]) if n in refused else next(applied) for n, frame in enumerate(frames)]
         waiting = 0  # the journal sequence the batch's persisted ack waits for
         last: Header | None = None  # the header of the highest s acknowledged as persisted
         journal = self.broker.journal
-        for header, result in zip(accepted, results, strict=True):
+        for header, result in pairs:
             a = header.ack_type
             if result.__class__ is not int:
+                if last is not None and a and "persisted" in requested_acks(header):
+                    # The successes before it first: its failed persisted ack waits for them (see _failed).
+                    self._persisted_ack(waiting, last)
+                    last = None
                 self._failed(header, requested_acks(header) if a else _NO_ACKS, header.command, result)
                 continue
             if not a:
@@ -505,6 +514,8 @@ class Session:
 
         Every failure answers the processed ack and the persisted one (with the publish-store ``s``, so the
         client's store hands the message to its failed-write handler) and the stats ack that were asked for.
+        The failed persisted ack waits until this client's earlier messages are durable: the client's store
+        discards every message up to that ``s``.
         Publishes refused because the journal or the SOW storage cannot be written are counted by reason
         and logged in summary (:func:`_refusal_log`), not one line each: a publish storm must not become a
         log storm.
@@ -521,7 +532,13 @@ class Session:
         if "processed" in acks:
             self.ack(header, acks, "processed", reason=exc.reason, now=True)
         if "persisted" in acks:
-            self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
+            journal = self.broker.journal
+            if journal is not None and journal.durable_sequence < self._persist_after:
+                # The client's publish store discards every message up to the s of any persisted ack, failed or
+                # not: this one waits until this client's earlier messages are durable.
+                self.broker.after_durable(self._persist_after, self, header, exc.reason)
+            else:
+                self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
         if "stats" in acks:
             self.ack(header, acks, "stats", reason=exc.reason, now=True)
 

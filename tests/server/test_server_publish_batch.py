@@ -6,6 +6,7 @@ and the journal's :meth:`JournalWriter.append_many` holds, releases and takes ba
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,16 @@ async def _frames(stream: trio.SocketStream, conn: Connection, until: Any) -> li
     return got
 
 
+async def _logged_on(broker: Broker, name: str) -> tuple[trio.SocketStream, Connection]:
+    """A raw connection to ``broker``, logged on as ``name``."""
+    host, port = broker.addresses[0]
+    stream = await trio.open_tcp_stream(host, port)
+    conn = Connection()
+    await stream.send_all(encode_frame({"c": "logon", "cid": "logon", "client_name": name, "a": "processed"}))
+    await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "logon" for h in got))
+    return stream, conn
+
+
 async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_conflated(
         broker: Broker) -> None:
     """600 publishes in one socket write (so the broker reads many at once): a processed ack per command id in
@@ -180,11 +191,7 @@ async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_confl
     bad = {n for n in range(count) if n % 97 == 13}
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
-        host, port = broker.addresses[0]
-        stream = await trio.open_tcp_stream(host, port)
-        conn = Connection()
-        await stream.send_all(encode_frame({"c": "logon", "cid": "logon", "client_name": "raw", "a": "processed"}))
-        await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "logon" for h in got))
+        stream, conn = await _logged_on(broker, "raw")
         frames = b"".join(
             encode_frame({"c": "p", "t": "orders", "cid": f"c{n}", "s": n + 1, "a": "processed,persisted"},
                          b"{not json" if n in bad else json.dumps({"id": n % 25, "n": n}).encode())
@@ -213,5 +220,46 @@ async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_confl
         acked = [h["seq"] for h in more if h.get("ack_type") == "persisted"]
         assert acked == sorted(acked) and acked[-1] == 2 * count and len(acked) < count
         assert all(h.get("status") == "success" and "cmd_id" not in h for h in more)
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["one-write", "two-writes"])
+async def test_a_failed_persisted_ack_waits_for_the_earlier_messages_to_be_durable(
+        broker: Broker, batched: bool) -> None:
+    """The official client's publish store discards every message up to the ``s`` of any persisted ack, failed
+    or not (the failed one goes to its failed-write handler). So a refused publish's persisted ack must not leave
+    before the client's earlier publishes are durable, or a crash could lose them with the client's store
+    already emptied. The journal's sync is held back here until the refusal and a later command were handled."""
+    release = threading.Event()
+    sync = broker.journal.sync
+
+    def held_sync() -> int:
+        release.wait(20)
+        return sync()
+
+    broker.journal.sync = held_sync  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        stream, conn = await _logged_on(broker, "store")
+        good = encode_frame({"c": "p", "t": "orders", "s": 1, "a": "persisted"}, b'{"id": 1}')
+        refused = encode_frame({"c": "p", "t": "orders", "s": 2, "a": "persisted"}, b"{not json")
+        mark = encode_frame({"c": "unsubscribe", "cid": "mark", "sub_id": "none", "a": "processed"})
+        if batched:
+            await stream.send_all(good + refused + mark)
+        else:
+            await stream.send_all(good)
+            await trio.sleep(0.05)  # applied alone: its own batch
+            await stream.send_all(refused + mark)
+        # The later command was answered, so the refusal was handled: its persisted ack is held, not sent.
+        got = await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "mark" for h in got))
+        assert broker.journal.durable_sequence == 0
+        assert not [h for h in got if h.get("ack_type") == "persisted"], got
+        release.set()
+        got += await _frames(stream, conn, lambda more: any(
+            h.get("ack_type") == "persisted" and h.get("status") == "failure" for h in more))
+        persisted = [(h["seq"], h["status"]) for h in got if h.get("ack_type") == "persisted"]
+        assert persisted[-1] == (2, "failure") and set(persisted) <= {(1, "success"), (2, "failure")}, persisted
+        assert broker.journal.durable_sequence >= 1
         await stream.aclose()
         nursery.cancel_scope.cancel()
