@@ -618,8 +618,8 @@ class Engine:
     def delete_candidates(self, topic: str, filter_text: str | None) -> Iterator[str | None]:
         """The keys of the records of SOW topic ``topic`` matching ``filter_text`` in a snapshot taken now, with
         ``None`` pauses at least every :data:`~broker.engine.queries.PAUSE_EVERY` records read: the scan half
-        of a ``sow_delete`` by filter, which the session runs in slices of loop time before
-        :meth:`delete_still_matching`.
+        of a ``sow_delete`` by filter, which the session runs in a query thread before
+        :meth:`delete_still_matching` (in steps on the loop).
 
         Raises:
             CommandError: the topic has no SOW, or the filter does not compile.

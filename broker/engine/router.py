@@ -182,9 +182,3 @@ class Router:
         live = sum(len(subs) for subs in self._by_client.values())
         return {"subscriptions": live, **self.windows.statistics()}
 
-    def count_by_kind(self) -> dict[str, int]:
-        """Live subscriptions by kind."""
-        counts = {"subscribe": 0, "sow_and_subscribe": 0, "bookmark": 0, "delta": 0}
-        for sub in self.subscriptions():
-            counts[sub.kind] = counts.get(sub.kind, 0) + 1
-        return counts

@@ -514,8 +514,9 @@ class Session:
 
         Every failure answers the processed ack and the persisted one (with the publish-store ``s``, so the
         client's store hands the message to its failed-write handler) and the stats ack that were asked for.
-        The failed persisted ack waits until this client's earlier messages are durable: the client's store
-        discards every message up to that ``s``.
+        The failed persisted ack waits until this client's earlier messages are durable (the client's store
+        discards every message up to that ``s``), except for a refusal because the journal or the storage
+        cannot be written (a full disk), which is answered at once.
         Publishes refused because the journal or the SOW storage cannot be written are counted by reason
         and logged in summary (:func:`_refusal_log`), not one line each: a publish storm must not become a
         log storm.
@@ -533,9 +534,11 @@ class Session:
             self.ack(header, acks, "processed", reason=exc.reason, now=True)
         if "persisted" in acks:
             journal = self.broker.journal
-            if journal is not None and journal.durable_sequence < self._persist_after:
+            if refused is None and journal is not None and journal.durable_sequence < self._persist_after:
                 # The client's publish store discards every message up to the s of any persisted ack, failed or
-                # not: this one waits until this client's earlier messages are durable.
+                # not: this one waits until this client's earlier messages are durable (the next sync). A refusal
+                # because the journal or the storage cannot be written is answered at once: those can last, and
+                # the publisher must learn of them while they do.
                 self.broker.after_durable(self._persist_after, self, header, exc.reason)
             else:
                 self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
