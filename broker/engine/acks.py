@@ -27,6 +27,10 @@ def requested_acks(header: Mapping[str, Any]) -> frozenset[str]:
     return _parsed[text] if text else _NONE
 
 
+#: The ack types of a persisted ack sent on its own (once the journal is durable).
+PERSISTED_ONLY: frozenset[str] = frozenset({"persisted"})
+
+
 def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None = None,
                **extras: Any) -> dict[str, Any]:
     """An ack answering ``request``: ``c``, ``cid`` echoed, exactly one ``a``, status and reason."""

@@ -30,6 +30,7 @@ from broker import __version__
 from broker.actions.host import BrokerHost
 from broker.actions.runtime import ActionRuntime
 from broker.config.model import Config, SowTopicConfig
+from broker.engine.acks import PERSISTED_ONLY
 from broker.engine.engine import Engine
 from broker.engine.router import Subscription
 from broker.engine.topics import is_regex_topic
@@ -98,8 +99,6 @@ SUBSCRIPTION_DETAILS = 1000
 JOURNAL_FILES_LISTED = 200
 #: Client rows built per event-loop step when the Admin server samples statistics (about 1 ms per slice).
 STATISTICS_SLICE = 200
-#: The ack type of a persisted ack sent once the journal is durable.
-_PERSISTED = frozenset({"persisted"})
 
 
 class Broker:
@@ -370,7 +369,7 @@ class Broker:
             waiters = self._durable_waiters
             while waiters and waiters[0][0] <= durable:
                 _, session, header, reason = waiters.popleft()
-                session.ack(header, _PERSISTED, "persisted", reason=reason, s=header.get("seq"))
+                session.ack(header, PERSISTED_ONLY, "persisted", reason=reason, s=header.get("seq"))
 
     # -- running -------------------------------------------------------------------------------------
     async def _expiration_sweeper(self) -> None:

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
-from broker.engine.acks import JOURNAL_FULL_REASON, ack_header, journal_full_detail, requested_acks
+from broker.engine.acks import (
+    JOURNAL_FULL_REASON,
+    PERSISTED_ONLY,
+    ack_header,
+    journal_full_detail,
+    requested_acks,
+)
 from broker.engine.engine import DUPLICATE, PublishMessage
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
@@ -507,7 +513,7 @@ class Session:
             if journal.durable_sequence < self._persist_after:
                 self.broker.after_durable(self._persist_after, self, header)
                 return
-        self.ack(header, _PERSISTED, "persisted", s=header.get("seq"))
+        self.ack(header, PERSISTED_ONLY, "persisted", s=header.get("seq"))
 
     def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
         """Count and log a failed command, and answer with the failure acks it asked for.
@@ -961,7 +967,6 @@ FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 #: :data:`_BATCH_ACKS` (the ``a`` text as sent).
 _PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
 _BATCH_ACKS = frozenset({"", "processed", "persisted", "processed,persisted", "persisted,processed"})
-_PERSISTED = frozenset({"persisted"})
 
 #: Failure reasons that mean "not written, nothing applied": the counter suffix for each.
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
