@@ -89,6 +89,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compiled_summary() -> str:
+    """Which hot-path modules run compiled, for the ready line (see broker/speedups)."""
+    from broker import speedups
+
+    if speedups.pure_python():
+        return f"pure Python: {speedups.PURE_PYTHON_ENV} is set"
+    chosen = speedups.loaded()
+    compiled = ", ".join(sorted(name for name, on in chosen.items() if on)) or "none"
+    missing = ", ".join(sorted(name for name, on in chosen.items() if not on))
+    return f"compiled: {compiled}" + (f"; not built, pure Python: {missing}" if missing else "")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the broker until SIGTERM, SIGINT or SIGHUP (unless an action binds SIGHUP), or until an action
     asks for a shutdown. Either way the on-shutdown actions run first and the exit code is 0."""
@@ -112,7 +124,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(broker.serve)
-                log.info("broker %s ready (instance %s)", __version__, config.name)
+                log.info("broker %s ready (instance %s; %s)", __version__, config.name, _compiled_summary())
                 reason = await _wait_for_stop(signals, broker)
                 log.info("%s, shutting down", reason)
                 async with trio.open_nursery() as stopping:  # a second signal stops waiting for the actions

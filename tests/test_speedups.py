@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from broker import speedups
+from broker.testing.process import BrokerProcess
 
 
 def test_a_module_that_was_not_built_falls_back_to_python() -> None:
@@ -23,3 +27,20 @@ def test_broker_pure_python_turns_every_compiled_module_off(monkeypatch: pytest.
 def test_compiled_modules_are_used_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(speedups.PURE_PYTHON_ENV, value)
     assert not speedups.pure_python()
+
+
+@pytest.mark.parametrize("pure", [True, False])
+def test_the_ready_line_says_which_code_runs(tmp_path: Path, pure: bool) -> None:
+    broker = BrokerProcess.from_xml(tmp_path)
+    broker.start(env={speedups.PURE_PYTHON_ENV: "1" if pure else "0"})
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in broker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = next(line for line in broker.log().splitlines() if " ready (" in line)
+    finally:
+        broker.stop()
+    if pure:
+        assert "pure Python: BROKER_PURE_PYTHON is set" in ready
+    else:
+        assert "compiled: " in ready
