@@ -17,15 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import (
     JOURNAL_FULL_REASON,
-    PERSISTED_ONLY,
     ack_header,
     journal_full_detail,
     requested_acks,
 )
-from broker.engine.engine import DUPLICATE, PublishMessage
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
@@ -36,12 +33,12 @@ from broker.protocol import (
     NEED_DATA,
     Connection,
     DeliveryTemplate,
-    Header,
     encode_frame,
     encode_sow_records,
 )
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Outbound, SlowClient
+from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import read_some, socket_fd
@@ -86,7 +83,7 @@ def amps_timestamp(ns: int) -> str:
     return f"{_second_text[secs]}.{rem // 1000:06d}Z"
 
 
-class Session:
+class Session(PublishBatch):
     """A client connection.
 
     Args:
@@ -349,8 +346,8 @@ class Session:
                     if frame is CLOSED:
                         return
                     header = frame.header
-                    if header.command in _PLAIN_PUBLISH and self.logged_on and (
-                            header.ack_type or "") in _BATCH_ACKS:
+                    if header.command in PLAIN_PUBLISH and self.logged_on and (
+                            header.ack_type or "") in BATCH_ACKS:
                         batch.append(frame)  # the hot path, without awaiting
                         continue
                     if batch:
@@ -425,96 +422,6 @@ class Session:
         except BrokerError as exc:
             self._failed(header, acks, command, exc)
 
-    def _publish_batch(self, frames: list[Any]) -> None:
-        """Publishes and delta publishes of one socket read, by a logged-on client, asking for no ack or only
-        processed and persisted ones: what :meth:`_dispatch` would do for each, in one engine step
-        (:meth:`Engine.publish_batch`) and without the coroutine.
-
-        Processed acks go out per message once the batch is applied; persisted acks are conflated (AMPS
-        allows it: the client's publish store discards every message up to the ``s`` acknowledged): one for
-        the highest ``s`` of the batch, once the journal is durable past every record of the batch (and past
-        whatever this client still waits for). A message refused alone is answered alone, as today.
-        """
-        self.messages_in += len(frames)
-        grants = self.grants
-        check_sequence = self._check_sequence
-        messages: list[PublishMessage] = []
-        accepted: list[Header] = []
-        # Refused before the engine (entitlement, sequence jump), by position in the batch: answered in order
-        # with the others below, so that no persisted ack overtakes an earlier message's (see _failed).
-        refused: dict[int, BrokerError] = {}
-        # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
-        high = 0
-        for position, frame in enumerate(frames):
-            header = frame.header
-            command = header.command
-            seq = header.seq
-            if grants is not None or seq:
-                try:
-                    if grants is not None:
-                        self._entitled(command, header)
-                    if seq:
-                        if not (seq <= high + 1 and high):  # one past the last: within any jump limit
-                            check_sequence(seq, high)
-                        if seq > high:
-                            high = seq
-                except BrokerError as exc:
-                    refused[position] = exc
-                    continue
-            messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
-                             header.correlation_id, header.expiration))
-            accepted.append(header)
-        results = self.engine.publish_batch(self, messages, self.transport.max_message_depth) if messages else []
-        pairs: Any = zip(accepted, results, strict=True)
-        if refused:  # back in the order the frames came
-            applied = iter(pairs)
-            pairs = [(frame.header, refused[n]) if n in refused else next(applied) for n, frame in enumerate(frames)]
-        waiting = 0  # the journal sequence the batch's persisted ack waits for
-        last: Header | None = None  # the header of the highest s acknowledged as persisted
-        journal = self.broker.journal
-        for header, result in pairs:
-            a = header.ack_type
-            if result.__class__ is not int:
-                if last is not None and a and "persisted" in requested_acks(header):
-                    # The successes before it first: its failed persisted ack waits for them (see _failed).
-                    self._persisted_ack(waiting, last)
-                    last = None
-                self._failed(header, requested_acks(header) if a else _NO_ACKS, header.command, result)
-                continue
-            if not a:
-                continue
-            acks = requested_acks(header)
-            if "processed" in acks:
-                self.send(ack_header(header, "processed"))
-            if "persisted" in acks:
-                if result == DUPLICATE:
-                    # A re-send of a record that may be appended but not durable yet: wait for everything.
-                    if journal is not None and journal.durable_sequence < journal.last_sequence:
-                        result = journal.last_sequence
-                    else:
-                        result = 0
-                if result > waiting:
-                    waiting = result
-                if header.cmd_id is not None:
-                    self._persisted_ack(result, header)  # its own ack: a handler waits on its cid
-                elif last is None or (header.seq or 0) >= (last.seq or 0):
-                    last = header
-        if last is not None:
-            self._persisted_ack(waiting, last)
-
-    def _persisted_ack(self, sequence: int, header: Any) -> None:
-        """The persisted ack of ``header`` once the journal is durable past ``sequence`` and past every record
-        this client's earlier persisted acks wait for (a later ``s`` acknowledged first would discard earlier
-        messages from the client's store too soon); at once when that is already so."""
-        journal = self.broker.journal
-        if journal is not None:
-            if sequence > self._persist_after:
-                self._persist_after = sequence
-            if journal.durable_sequence < self._persist_after:
-                self.broker.after_durable(self._persist_after, self, header)
-                return
-        self.ack(header, PERSISTED_ONLY, "persisted", s=header.get("seq"))
-
     def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
         """Count and log a failed command, and answer with the failure acks it asked for.
 
@@ -528,7 +435,7 @@ class Session:
         log storm.
         """
         self.broker.counters.commands_failed += 1
-        refused = REFUSED_REASONS.get(exc.reason) if command in _PLAIN_PUBLISH or command == "sow_delete" else None
+        refused = REFUSED_REASONS.get(exc.reason) if command in PLAIN_PUBLISH or command == "sow_delete" else None
         if refused is not None:
             self.broker.counters.add(f"publishes_refused_{refused}")
             _refusal_log(refused, self, command, exc)
@@ -683,74 +590,6 @@ class Session:
         self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
-
-    def _check_sequence(self, seq: Any, batch_high: int = 0) -> None:
-        """Refuse a publish whose ``s`` jumps far ahead of its publisher's last one.
-
-        De-duplication treats every later ``s`` at or below the highest seen as a re-send, so one publish
-        with a huge ``s`` (a client logged on under another's name) would make the real publisher's later
-        publishes be acknowledged and dropped. This holds for every publish: the last ``s`` is the highest
-        the journal knows for the publisher (logged topics, across restarts) or the highest the engine
-        applied in this run (every topic). A publisher known to neither may start anywhere.
-
-        Args:
-            seq: The publish's ``s``.
-            batch_high: The highest ``s`` of this publisher accepted earlier in the same batch (not applied yet).
-
-        Raises:
-            CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>`` (its default
-                without a transaction log).
-        """
-        if not isinstance(seq, int):
-            return
-        txlog = self.broker.config.transaction_log
-        limit = txlog.sequence_jump_limit if txlog is not None else DEFAULT_SEQUENCE_JUMP_LIMIT
-        if not limit:
-            return
-        last = self.engine.publisher_seq.get(self.name)
-        journal = self.broker.journal
-        if journal is not None and journal.dedup.is_known_hash(self.name_hash):
-            dedup = journal.dedup
-            logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
-            last = logged if last is None else max(last, logged)
-        if batch_high:
-            last = batch_high if last is None else max(last, batch_high)
-        if last is not None and seq - last > limit:
-            self.broker.counters.sequence_jumps_refused += 1
-            raise CommandError(
-                "invalid sequence",
-                f"publish sequence {seq} is more than {limit} above this publisher's last one ({last}); "
-                "a publish store numbers publishes consecutively, so this is another client using the name "
-                f"{self.name!r}, or a store that was reset (raise <PublisherSequenceJumpLimit> or wait for "
-                "<InactiveClientAckExpiration> if that is intended)")
-
-    def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        """A publish that asked for acks the batch path does not answer (received, parsed...)."""
-        seq = header.get("seq")
-        if seq:
-            self._check_sequence(seq)
-        outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish",
-                                      max_depth=self.transport.max_message_depth)
-        self.ack(header, acks, "processed")
-        if "persisted" in acks:
-            self._persisted_after(outcome.sequence, header, acks, duplicate=outcome.duplicate)
-
-    def _persisted_after(self, sequence: int, header: Mapping[str, Any], acks: frozenset[str], *,
-                         duplicate: bool = False) -> None:
-        """The persisted ack of a journaled command, once its record is durable (at once when not journaled).
-
-        A duplicate (a re-send after reconnect) may be of a record that is appended but not durable yet (the
-        journal's disk is full, or a group commit is under way): its ack waits for everything appended.
-        """
-        journal = self.broker.journal
-        if duplicate and journal is not None and journal.durable_sequence < journal.last_sequence:
-            sequence = journal.last_sequence
-        elif duplicate:
-            sequence = 0
-        if journal is not None and (sequence or self._persist_after > journal.durable_sequence):
-            self._persisted_ack(sequence, header)
-        else:
-            self.ack(header, acks, "persisted", s=header.get("seq"))
 
     async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         delta = header.get("command") == "delta_subscribe"
@@ -963,11 +802,6 @@ def _text_field(value: Any) -> str | None:
 #: the GIL, at most.
 FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 
-#: Commands :meth:`Session._publish_batch` applies directly, when they ask for no ack or only those in
-#: :data:`_BATCH_ACKS` (the ``a`` text as sent).
-_PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
-_BATCH_ACKS = frozenset({"", "processed", "persisted", "processed,persisted", "persisted,processed"})
-
 #: Failure reasons that mean "not written, nothing applied": the counter suffix for each.
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
 #: Seconds between two summary lines about refused publishes of the same kind.
@@ -988,7 +822,6 @@ def _refusal_log(kind: str, session: Session, command: str, exc: BrokerError) ->
                   detail, f" ({more} more refused since the last such line)" if more else "")
     else:
         state[1] += 1
-_NO_ACKS: frozenset[str] = frozenset()
 
 #: Command handlers that never await: called directly.
 _HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]], None]] = {

@@ -15,7 +15,7 @@ import pytest
 import trio
 from engine_fakes import Client, FailingWrites, broker_from
 
-from broker.engine.engine import DUPLICATE, PublishMessage
+from broker.engine.publish import DUPLICATE, PublishMessage
 from broker.errors import CommandError, StorageError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker

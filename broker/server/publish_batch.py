@@ -1,0 +1,211 @@
+"""The session's publish path: the publishes of one socket read applied in one engine step, and their acks.
+
+:class:`PublishBatch` is the part of :class:`broker.server.session.Session` (which inherits it) that takes
+the publish and delta_publish frames of one read (:data:`PLAIN_PUBLISH` asking for no ack or only those in
+:data:`BATCH_ACKS`), checks entitlements and publish-store sequences, hands them to
+:meth:`Engine.publish_batch <broker.engine.publish.PublishSteps.publish_batch>` and answers processed acks
+per message and persisted acks conflated per batch, once the journal is durable. Publishes asking for other
+acks go one at a time through :meth:`PublishBatch._publish`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
+from broker.engine.acks import PERSISTED_ONLY, ack_header, requested_acks
+from broker.engine.publish import DUPLICATE, PublishMessage
+from broker.errors import BrokerError, CommandError
+from broker.protocol import Header
+
+if TYPE_CHECKING:
+    from broker.engine.engine import Engine
+    from broker.server.kernel import Broker
+
+#: Commands :meth:`PublishBatch._publish_batch` applies directly, when they ask for no ack or only those in
+#: :data:`BATCH_ACKS` (the ``a`` text as sent).
+PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
+BATCH_ACKS = frozenset({"", "processed", "persisted", "processed,persisted", "persisted,processed"})
+_NO_ACKS: frozenset[str] = frozenset()
+
+
+class PublishBatch:
+    """Publishing, for :class:`broker.server.session.Session` (which inherits it and holds the state named here)."""
+
+    broker: Broker
+    engine: Engine
+    transport: Any
+    grants: Any
+    name: str
+    name_hash: int
+    messages_in: int
+    _persist_after: int
+
+    if TYPE_CHECKING:
+        def send(self, header: Mapping[str, Any], body: bytes = b"", *, now: bool = False) -> None: ...
+
+        def ack(self, request: Mapping[str, Any], acks: frozenset[str], ack_type: str, *,
+                reason: str | None = None, now: bool = False, **extras: Any) -> None: ...
+
+        def _entitled(self, command: str, header: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+        def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None: ...
+
+    def _publish_batch(self, frames: list[Any]) -> None:
+        """Publishes and delta publishes of one socket read, by a logged-on client, asking for no ack or only
+        processed and persisted ones: what :meth:`_dispatch` would do for each, in one engine step
+        (:meth:`Engine.publish_batch`) and without the coroutine.
+
+        Processed acks go out per message once the batch is applied; persisted acks are conflated (AMPS
+        allows it: the client's publish store discards every message up to the ``s`` acknowledged): one for
+        the highest ``s`` of the batch, once the journal is durable past every record of the batch (and past
+        whatever this client still waits for). A message refused alone is answered alone, as today.
+        """
+        self.messages_in += len(frames)
+        grants = self.grants
+        check_sequence = self._check_sequence
+        messages: list[PublishMessage] = []
+        accepted: list[Header] = []
+        # Refused before the engine (entitlement, sequence jump), by position in the batch: answered in order
+        # with the others below, so that no persisted ack overtakes an earlier message's (see _failed).
+        refused: dict[int, BrokerError] = {}
+        # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
+        high = 0
+        for position, frame in enumerate(frames):
+            header = frame.header
+            command = header.command
+            seq = header.seq
+            if grants is not None or seq:
+                try:
+                    if grants is not None:
+                        self._entitled(command, header)
+                    if seq:
+                        if not (seq <= high + 1 and high):  # one past the last: within any jump limit
+                            check_sequence(seq, high)
+                        if seq > high:
+                            high = seq
+                except BrokerError as exc:
+                    refused[position] = exc
+                    continue
+            messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
+                             header.correlation_id, header.expiration))
+            accepted.append(header)
+        results = self.engine.publish_batch(self, messages, self.transport.max_message_depth) if messages else []
+        pairs: Any = zip(accepted, results, strict=True)
+        if refused:  # back in the order the frames came
+            applied = iter(pairs)
+            pairs = [(frame.header, refused[n]) if n in refused else next(applied) for n, frame in enumerate(frames)]
+        waiting = 0  # the journal sequence the batch's persisted ack waits for
+        last: Header | None = None  # the header of the highest s acknowledged as persisted
+        journal = self.broker.journal
+        for header, result in pairs:
+            a = header.ack_type
+            if result.__class__ is not int:
+                if last is not None and a and "persisted" in requested_acks(header):
+                    # The successes before it first: its failed persisted ack waits for them (see _failed).
+                    self._persisted_ack(waiting, last)
+                    last = None
+                self._failed(header, requested_acks(header) if a else _NO_ACKS, header.command, result)
+                continue
+            if not a:
+                continue
+            acks = requested_acks(header)
+            if "processed" in acks:
+                self.send(ack_header(header, "processed"))
+            if "persisted" in acks:
+                if result == DUPLICATE:
+                    # A re-send of a record that may be appended but not durable yet: wait for everything.
+                    if journal is not None and journal.durable_sequence < journal.last_sequence:
+                        result = journal.last_sequence
+                    else:
+                        result = 0
+                if result > waiting:
+                    waiting = result
+                if header.cmd_id is not None:
+                    self._persisted_ack(result, header)  # its own ack: a handler waits on its cid
+                elif last is None or (header.seq or 0) >= (last.seq or 0):
+                    last = header
+        if last is not None:
+            self._persisted_ack(waiting, last)
+
+    def _persisted_ack(self, sequence: int, header: Any) -> None:
+        """The persisted ack of ``header`` once the journal is durable past ``sequence`` and past every record
+        this client's earlier persisted acks wait for (a later ``s`` acknowledged first would discard earlier
+        messages from the client's store too soon); at once when that is already so."""
+        journal = self.broker.journal
+        if journal is not None:
+            if sequence > self._persist_after:
+                self._persist_after = sequence
+            if journal.durable_sequence < self._persist_after:
+                self.broker.after_durable(self._persist_after, self, header)
+                return
+        self.ack(header, PERSISTED_ONLY, "persisted", s=header.get("seq"))
+
+    def _check_sequence(self, seq: Any, batch_high: int = 0) -> None:
+        """Refuse a publish whose ``s`` jumps far ahead of its publisher's last one.
+
+        De-duplication treats every later ``s`` at or below the highest seen as a re-send, so one publish
+        with a huge ``s`` (a client logged on under another's name) would make the real publisher's later
+        publishes be acknowledged and dropped. This holds for every publish: the last ``s`` is the highest
+        the journal knows for the publisher (logged topics, across restarts) or the highest the engine
+        applied in this run (every topic). A publisher known to neither may start anywhere.
+
+        Args:
+            seq: The publish's ``s``.
+            batch_high: The highest ``s`` of this publisher accepted earlier in the same batch (not applied yet).
+
+        Raises:
+            CommandError: the jump exceeds ``<TransactionLog><PublisherSequenceJumpLimit>`` (its default
+                without a transaction log).
+        """
+        if not isinstance(seq, int):
+            return
+        txlog = self.broker.config.transaction_log
+        limit = txlog.sequence_jump_limit if txlog is not None else DEFAULT_SEQUENCE_JUMP_LIMIT
+        if not limit:
+            return
+        last = self.engine.publisher_seq.get(self.name)
+        journal = self.broker.journal
+        if journal is not None and journal.dedup.is_known_hash(self.name_hash):
+            dedup = journal.dedup
+            logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
+            last = logged if last is None else max(last, logged)
+        if batch_high:
+            last = batch_high if last is None else max(last, batch_high)
+        if last is not None and seq - last > limit:
+            self.broker.counters.sequence_jumps_refused += 1
+            raise CommandError(
+                "invalid sequence",
+                f"publish sequence {seq} is more than {limit} above this publisher's last one ({last}); "
+                "a publish store numbers publishes consecutively, so this is another client using the name "
+                f"{self.name!r}, or a store that was reset (raise <PublisherSequenceJumpLimit> or wait for "
+                "<InactiveClientAckExpiration> if that is intended)")
+
+    def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        """A publish that asked for acks the batch path does not answer (received, parsed...)."""
+        seq = header.get("seq")
+        if seq:
+            self._check_sequence(seq)
+        outcome = self.engine.publish(self, header, body, delta=header.get("command") == "delta_publish",
+                                      max_depth=self.transport.max_message_depth)
+        self.ack(header, acks, "processed")
+        if "persisted" in acks:
+            self._persisted_after(outcome.sequence, header, acks, duplicate=outcome.duplicate)
+
+    def _persisted_after(self, sequence: int, header: Mapping[str, Any], acks: frozenset[str], *,
+                         duplicate: bool = False) -> None:
+        """The persisted ack of a journaled command, once its record is durable (at once when not journaled).
+
+        A duplicate (a re-send after reconnect) may be of a record that is appended but not durable yet (the
+        journal's disk is full, or a group commit is under way): its ack waits for everything appended.
+        """
+        journal = self.broker.journal
+        if duplicate and journal is not None and journal.durable_sequence < journal.last_sequence:
+            sequence = journal.last_sequence
+        elif duplicate:
+            sequence = 0
+        if journal is not None and (sequence or self._persist_after > journal.durable_sequence):
+            self._persisted_ack(sequence, header)
+        else:
+            self.ack(header, acks, "persisted", s=header.get("seq"))
