@@ -1,0 +1,243 @@
+"""Fan-out: delivering each applied message to the subscriptions it reaches, with out-of-focus notices and
+deltas, and telling oof subscriptions about deleted and expired records.
+
+:class:`FanOut` is the part of :class:`broker.engine.engine.Engine` that delivers (the engine inherits it and
+holds the state named here); :mod:`broker.engine.publish` calls :meth:`FanOut._deliver_run` once per applied
+run of one topic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.engine.router import HeldMessage, Router, Subscription
+from broker.errors import BrokerError
+
+if TYPE_CHECKING:
+    from broker.engine.counters import EngineCounters
+    from broker.engine.publish import RunMessage
+    from broker.sow.record import SowRecord
+    from broker.sow.topic import SowTopic
+
+
+class Client(Protocol):
+    """What the engine needs from a connected client (a :class:`broker.server.session.Session`)."""
+
+    name: str
+    message_type: Any
+
+    def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
+                     x: str | None, command: str = "p", reason: str | None = None) -> None: ...
+
+class FanOut:
+    """Delivery, for :class:`broker.engine.engine.Engine` (which inherits it and holds the state named here)."""
+
+    router: Router
+    counters: EngineCounters
+    latency: Any
+
+    if TYPE_CHECKING:
+        def _count_topic(self, topic: str, received: int, delivered: int) -> None: ...
+
+    def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
+                     results: list[int | BrokerError], now_ns: int) -> None:
+        """Fan out each message of an applied run in order (and update paginated windows)."""
+        candidates = self.router.candidates(topic)
+        windows = self.router.windows if sow is not None and self.router.windows.covers(topic) else None
+        # Subscriptions without a filter, delta or replay in progress get every message whole: who gets what is
+        # the same for the whole run, so it is worked out once (the usual fan-out, decided per message, else).
+        plain = _plain_targets(candidates)
+        delivered = clients = 0
+        for one in run:
+            results[one.index] = one.sequence
+            if one.expired is not None:
+                self._send_oof(sow, [one.expired], "expired")  # type: ignore[arg-type]
+            if plain is not None:
+                x = one.x or None
+                for client, sids in plain:
+                    client.send_publish(topic, sids, one.body, one.bm, one.key, x)
+                delivered += len(plain)
+                clients += len(plain)
+            elif candidates:
+                d, c = self._fan_out(candidates, topic, one.body, one.msg, one.bm, one.key, one.x or None,
+                                     one.previous, sow)
+                delivered += d
+                clients += c
+            if windows is not None:
+                paged = windows.on_change(sow, one.key, one.previous, one.record, one.msg,  # type: ignore[arg-type]
+                                          self.counters.oof)
+                delivered += paged
+                clients += paged
+        if clients and self.latency is not None:  # one clock read per run: every client was served just now
+            self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
+        self.counters.messages_delivered += delivered
+        self._count_topic(topic, len(run), delivered)
+
+    def _fan_out(self, candidates: tuple[Subscription, ...], topic: str, body: bytes, msg: Any, bm: str | None,
+                 key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None) -> tuple[int, int]:
+        """Deliver one message to the subscriptions among ``candidates`` it reaches; returns (messages
+        delivered, clients served)."""
+        # client -> its sub_ids the message goes to whole: the usual case, one publish per client.
+        pubs: dict[Client, list[str]] = {}
+        # client -> the sub_ids it gets an oof or a delta on: only clients some subscription sends one to.
+        others: dict[Client, _OtherSids] = {}
+        # Each distinct filter is evaluated once per message (subscribers with the same filter text share
+        # one compiled filter): filter -> passes the new state.
+        passed: dict[Callable[[Any], bool], bool] = {}
+        before: _PreviousState | None = None  # the same for the previous state, made when first needed
+        for sub in candidates:
+            if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
+                sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
+                continue
+            flt = sub.filter
+            if flt is None:
+                ok = msg is not None
+            else:
+                ok = passed.get(flt)
+                if ok is None:
+                    ok = passed[flt] = _passes(flt, msg)
+            if ok:
+                if sub.replay_buffer is not None:  # replaying from the journal: live waits for the cut-over
+                    sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
+                    continue
+                if sub.delta and previous is not None:
+                    as_delta = True
+                    if flt is not None:  # a record entering the filter is sent whole
+                        if before is None:
+                            before = _PreviousState(previous, sow)
+                        as_delta = before.passes(flt)
+                    if as_delta:
+                        _other_sids(others, sub.client).deltas.append(sub.sub_id)
+                        continue
+                sids = pubs.get(sub.client)
+                if sids is None:
+                    pubs[sub.client] = [sub.sub_id]
+                else:
+                    sids.append(sub.sub_id)
+            elif sub.oof and previous is not None and flt is not None and sub.saw(previous):
+                if before is None:
+                    before = _PreviousState(previous, sow)
+                if not before.passes(flt):
+                    continue
+                if sub.replay_buffer is not None:  # after the replay, in order with the live messages
+                    sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x, "match"))
+                    continue
+                _other_sids(others, sub.client).oofs.append(sub.sub_id)
+        for client, sids in pubs.items():
+            client.send_publish(topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
+        delivered = clients = len(pubs)
+        if others:
+            for client, other in others.items():
+                if other.deltas:
+                    assert sow is not None and previous is not None
+                    diff = sow.message_type.diff(previous.data, body, sow.key_fields)
+                    client.send_publish(topic, ",".join(other.deltas), diff, bm, key, x)
+                    delivered += 1
+                if other.oofs:
+                    client.send_publish(topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
+                    self.counters.oof.match += len(other.oofs)
+            clients += sum(1 for c in others if c not in pubs)
+        return delivered, clients
+
+    def _send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
+        """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
+        if records and self.router.windows.covers(sow.name):
+            self.router.windows.on_removed(sow, records, reason, self.counters.oof)
+        subs = [s for s in self.router.candidates(sow.name) if s.oof or s.capture_all]
+        if not subs or not records:
+            return
+        for rec in records:
+            msg = sow.message_type.parse(rec.data)
+            targets: dict[Client, list[str]] = {}
+            for sub in subs:
+                if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay
+                    sub.replay_buffer.append(HeldMessage(sow.name, rec.data, rec.bookmark or None, rec.key,
+                                                         rec.correlation_id or None, reason))
+                    continue
+                if sub.oof and _passes(sub.filter, msg) and sub.saw(rec):
+                    if sub.replay_buffer is not None:  # after the replay, in order with the live messages
+                        sub.replay_buffer.append(HeldMessage(sow.name, rec.data, rec.bookmark or None, rec.key,
+                                                             rec.correlation_id or None, reason))
+                        continue
+                    targets.setdefault(sub.client, []).append(sub.sub_id)
+            for client, sids in targets.items():
+                client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
+                                    rec.correlation_id or None, command="oof", reason=reason)
+                self.counters.oof.add(reason, len(sids))
+
+
+class _PreviousState:
+    """The state a publish replaces, during one fan-out: parsed when a subscription first needs it, and each
+    filter's answer on it memoised (oof and delta subscriptions ask whether it passed their filter)."""
+
+    __slots__ = ("_msg", "_parsed", "passed", "record", "sow")
+
+    def __init__(self, record: SowRecord, sow: SowTopic | None) -> None:
+        self.record = record
+        self.sow = sow
+        #: Filter -> whether the previous state passes it.
+        self.passed: dict[Callable[[Any], bool], bool] = {}
+        self._msg: Any = None
+        self._parsed = False
+
+    def passes(self, flt: Callable[[Any], bool]) -> bool:
+        """Whether the previous state passed ``flt``."""
+        was = self.passed.get(flt)
+        if was is None:
+            if not self._parsed:
+                self._msg = self.sow.message_type.parse(self.record.data) if self.sow is not None else None
+                self._parsed = True
+            was = self.passed[flt] = _passes(flt, self._msg)
+        return was
+
+
+@dataclass(slots=True)
+class _OtherSids:
+    """One client's subscriptions that get an out-of-focus notice, or a delta, of the message being fanned out."""
+
+    oofs: list[str] = field(default_factory=list)
+    deltas: list[str] = field(default_factory=list)
+
+
+def _plain_targets(candidates: tuple[Subscription, ...]) -> list[tuple[Client, str]] | None:
+    """``(client, sub_ids)`` per client when every candidate gets every message of the topic whole (no filter,
+    no delta, no replay holding live messages); ``None`` when some subscription decides per message. Each
+    client's sub_ids in the order :meth:`Engine._fan_out` lists them."""
+    if not candidates:
+        return None
+    by_client: dict[Client, list[str]] = {}
+    for sub in candidates:
+        if sub.filter is not None or sub.delta or sub.replay_buffer is not None or sub.capture_all:
+            return None
+        sids = by_client.get(sub.client)
+        if sids is None:
+            by_client[sub.client] = [sub.sub_id]
+        else:
+            sids.append(sub.sub_id)
+    return [(client, ",".join(sids)) for client, sids in by_client.items()]
+
+
+def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:
+    """``client``'s entry in a fan-out's ``others`` (made on first use)."""
+    other = others.get(client)
+    if other is None:
+        other = others[client] = _OtherSids()
+    return other
+
+
+def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
+    """Whether ``message`` passes ``flt`` (no filter: yes; no message: no).
+
+    A filter that fails to evaluate on this message (a field of an unexpected type) counts as no match.
+    """
+    if message is None:
+        return False
+    if flt is None:
+        return True
+    try:
+        return bool(flt(message))
+    except BrokerError:
+        return False
