@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.messages import doc
+from broker.engine.fanout import OneByOne
 
 CONFIG = """<AMPSConfig><Name>bench-cache</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -37,7 +38,7 @@ CONFIG = """<AMPSConfig><Name>bench-cache</Name>
 BATCH = 250
 
 
-class _Client:
+class _Client(OneByOne):
     name = "bench-cache"
     name_hash = 1
 

@@ -29,6 +29,7 @@ from broker.protocol._connection import (
 from broker.protocol._fields import FIELDS, FieldSpec
 from broker.protocol._frames import (
     HEARTBEAT_FRAME,
+    DeliveryBatch,
     DeliveryRun,
     DeliveryTemplate,
     Frame,
@@ -74,6 +75,7 @@ __all__ = [
     "decode_header",
     "decode_sow_batch",
     "DeliveryRun",
+    "DeliveryBatch",
     "DeliveryTemplate",
     "encode_ack",
     "encode_frame",

@@ -15,12 +15,14 @@ from typing import Any, Final
 
 import orjson
 
+from broker import speedups
 from broker.errors import LocalProtocolError, RemoteProtocolError
 from broker.protocol._header import Buffer, Header, decode_header, dumps_flat, encode_header, escape_string
 
 __all__ = [
     "HEARTBEAT_FRAME",
     "MAX_PAYLOAD",
+    "DeliveryBatch",
     "DeliveryRun",
     "DeliveryTemplate",
     "Frame",
@@ -280,6 +282,82 @@ class DeliveryTemplate:
         self._head = head
         self._fixed = len(head) + len(self._tail) + len(self._body)
         return head
+
+
+class DeliveryBatch:
+    """A run of messages of one topic, each delivered whole (``p``) to many clients: each message's header is
+    encoded once, and :meth:`frames` writes every frame for one client into one bytes object (one queue
+    operation per client for the run instead of one per message).
+
+    ``batch.frames(sids)`` is byte for byte the concatenation of :class:`DeliveryTemplate` ``("p", ...)``
+    ``.frame(sids)`` over the messages. Compiled in :mod:`broker.speedups.delivery` where built; the code here
+    is the fallback and the reference.
+
+    Args:
+        topic: The topic of every message.
+        messages: ``(body, bm, k, x)`` per message, absent values ``None``.
+
+    Raises:
+        LocalProtocolError: A body does not fit a frame, or a value cannot be encoded.
+    """
+
+    __slots__ = ("_parts", "messages", "topic")
+
+    def __init__(self, topic: str, messages: list[tuple[bytes, str | None, str | None, str | None]]) -> None:
+        self.topic = topic
+        #: The messages, as given (for clients that take them one by one).
+        self.messages = messages
+        self._parts = _delivery_parts(topic, messages, _template_parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def frames(self, sids: str) -> bytes:
+        """Every message's frame for the client whose subscriptions ``sids`` (comma list) they reach.
+
+        Raises:
+            LocalProtocolError: ``sids`` is not a ``str``.
+        """
+        if type(sids) is not str:
+            raise LocalProtocolError(f"sids must be a str, got {type(sids).__name__}")
+        quoted = _QUOTED.get(sids)
+        if quoted is None:
+            quoted = _quote_sids(sids)
+        return _join_deliveries(self._parts, quoted)
+
+
+#: One message of a :class:`DeliveryBatch`: ``(fixed, head, tail, body)``; its frame is the 4-byte length
+#: ``fixed + len(quoted sids)``, then ``head``, the quoted sids, ``tail`` and ``body``.
+DeliveryParts = tuple[int, bytes, bytes, bytes]
+
+
+def _template_parts(topic: str, body: Buffer, bm: str | None, k: str | None, x: str | None) -> DeliveryParts:
+    """One message's :data:`DeliveryParts`, from :class:`DeliveryTemplate` (any values)."""
+    template = DeliveryTemplate("p", topic, body, bm=bm, k=k, x=x)
+    head = template._encode()
+    return template._fixed, head, template._tail, body if type(body) is bytes else bytes(body)
+
+
+def _parts_python(topic: str, messages: list[tuple[bytes, str | None, str | None, str | None]],
+                  fallback: Any) -> list[DeliveryParts]:
+    """Each message's :data:`DeliveryParts` (the pure-Python twin of ``speedups.delivery.parts``)."""
+    return [fallback(topic, body, bm, k, x) for body, bm, k, x in messages]
+
+
+def _join_python(parts: list[DeliveryParts], quoted: bytes) -> bytes:
+    """Every frame of ``parts`` for the client whose quoted sids are ``quoted`` (twin of ``speedups.delivery.join``)."""
+    n = len(quoted)
+    pack = _LEN.pack
+    try:
+        return b"".join([part for fixed, head, tail, body in parts for part in (pack(fixed + n), head, quoted, tail, body)])
+    except struct.error:
+        size = next(fixed + n for fixed, _, _, _ in parts if fixed + n > MAX_PAYLOAD)
+        raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix") from None
+
+
+_compiled = speedups.load("delivery")
+_delivery_parts = _compiled.parts if _compiled is not None else _parts_python
+_join_deliveries = _compiled.join if _compiled is not None else _join_python
 
 
 def _is_plain(text: str) -> bool:

@@ -32,6 +32,7 @@ from broker.protocol import (
     CLOSED,
     NEED_DATA,
     Connection,
+    DeliveryBatch,
     DeliveryTemplate,
     encode_frame,
     encode_sow_records,
@@ -173,6 +174,12 @@ class Session(PublishBatch):
             _template_key = key
         self.messages_out += 1
         self.emit(_template.frame(sids))
+
+    def send_batch(self, batch: DeliveryBatch, sids: str) -> None:
+        """Deliver every message of ``batch`` whole to this client's subscriptions ``sids``: their frames are
+        queued in one step (the engine's fan-out of a run of one topic; :class:`DeliveryBatch`)."""
+        self.messages_out += len(batch)
+        self.emit(batch.frames(sids))
 
     def _oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
         """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out

@@ -16,6 +16,7 @@ from broker import hookimpl
 from broker.actions import ActionError, RunContext, Step
 from broker.actions.host import BrokerHost
 from broker.config import load_config
+from broker.engine.fanout import OneByOne
 from broker.plugins import PluginManager
 from broker.server.kernel import Broker
 from broker.txlog import Command, JournalWriter, ReplayStart
@@ -84,7 +85,7 @@ def make_broker(tmp_path: Path, actions: str = "", *, admin: bool = False) -> Br
     return Broker(load_config(path), plugins=pm.collect())
 
 
-class Client:
+class Client(OneByOne):
     """What the engine needs of a connected client; records what it is sent."""
 
     name = "test-client"

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.config import load_config
+from broker.engine.fanout import OneByOne
 from broker.engine.pagination import SortedEntries
 from broker.engine.sow_subscribe import start_sow
 from broker.server.kernel import Broker
@@ -141,7 +142,7 @@ def test_replace_pages_through(rows, client_factory, make_collector) -> None:
 
 
 # -- in process: window state against a from-scratch answer ---------------------------------------------
-class FakeClient:
+class FakeClient(OneByOne):
     """What the engine needs of a session; records what it was sent."""
 
     def __init__(self, broker: Broker) -> None:

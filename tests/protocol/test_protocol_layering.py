@@ -22,14 +22,15 @@ def test_importing_the_codec_pulls_in_neither_trio_nor_the_server() -> None:
     assert "trio" not in modules
     assert not [m for m in modules if m.startswith(("trio.", "broker.server", "broker.engine"))]
     ours = {m for m in modules if m == "broker" or m.startswith("broker.")}
-    assert {m for m in ours if not m.startswith("broker.protocol")} == {"broker", "broker.errors"}
+    # broker.speedups: the compiled twins of hot-path encoders (pure layers too) and the switch that picks them.
+    assert {m for m in ours if not m.startswith(("broker.protocol", "broker.speedups"))} == {"broker", "broker.errors"}
 
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(broker.protocol.__all__) == sorted(
         [
             "ACK_BITS", "CLOSED", "DEFAULT_MAX_FRAME_SIZE", "FIELDS", "HEARTBEAT_FRAME", "NEED_DATA", "AckType",
-            "Command", "Connection", "ConnectionStatistics", "DeliveryRun", "DeliveryTemplate", "FieldSpec", "Frame", "Header", "LocalProtocolError",
+            "Command", "Connection", "ConnectionStatistics", "DeliveryBatch", "DeliveryRun", "DeliveryTemplate", "FieldSpec", "Frame", "Header", "LocalProtocolError",
             "OofReason", "ProtocolError", "Reason", "RemoteProtocolError", "Sentinel", "Status", "decode_frame",
             "decode_header", "decode_sow_batch", "encode_ack", "encode_frame", "encode_group_begin",
             "encode_group_end", "encode_header", "encode_oof", "encode_publish", "encode_sow_batch", "encode_sow_parts",

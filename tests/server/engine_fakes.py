@@ -11,12 +11,13 @@ import pytest
 import trio
 
 from broker.config import load_config
+from broker.engine.fanout import OneByOne
 from broker.errors import StorageError
 from broker.server.kernel import Broker
 from broker.txlog.bookmarks import client_name_hash
 
 
-class Client:
+class Client(OneByOne):
     """What the engine needs of a connected client; records ``(command, body, reason)`` of what it is sent."""
 
     name = "publisher-1"
