@@ -1,7 +1,8 @@
 // W5 over WebSocket: `clients` connections of the npm amps client, each subscribed to `topic`; prints
 // "ready" once all are subscribed, then one JSON line when each got `expected` messages (or at the timeout):
-// {"counts": [...], "last_ns": [...], "latencies": [...]} with latencies = receive time - the document's
-// send time (bench/messages.py: {"ts":<time.time_ns()>,...}), in nanoseconds.
+// {"counts": [...], "last_ns": [...], "latencies": [...], "cpu_s": ...} with latencies = receive time - the
+// document's send time (bench/messages.py: {"ts":<time.time_ns()>,...}), in nanoseconds, and cpu_s this
+// process's CPU seconds from "ready" to the last message (whether the subscriber is the limit).
 // Usage: AMPS_JS=<folder with node_modules/amps> node ws_fanout.js <ws-uri> <topic> <clients> <expected> <timeout-s>
 'use strict';
 const path = require('path');
@@ -31,8 +32,11 @@ const nowNs = () => (performance.timeOrigin + performance.now()) * 1e6;
     }, topic);
   }
   process.stdout.write('ready\n');
+  const cpu0 = process.cpuUsage();
   await Promise.race([allDone, new Promise((r) => setTimeout(r, Number(timeoutText) * 1000))]);
-  const out = JSON.stringify({ counts, last_ns: lastNs, latencies: latencies.map(Math.round) }) + '\n';
+  const cpu = process.cpuUsage(cpu0);
+  const out = JSON.stringify({ counts, last_ns: lastNs, latencies: latencies.map(Math.round),
+    cpu_s: (cpu.user + cpu.system) / 1e6 }) + '\n';
   await Promise.all(opened.map((c) => c.disconnect().catch(() => {})));
   // A pipe is written asynchronously: exit once the whole line is out.
   process.stdout.write(out, () => process.exit(0));
