@@ -16,7 +16,7 @@ functions are bound as names in the function's namespace.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.errors import FilterError
@@ -210,15 +210,29 @@ def plugin_caller(fn: Callable[..., Any], stats: FilterStatistics) -> Callable[.
 # -- code generation -------------------------------------------------------------------------------
 
 
+def _is_number(subject: str, name: str) -> str:
+    """Python bool expression: ``subject`` (which binds ``name``) is an ``int`` or a ``float`` (not a ``bool``)."""
+    return f"({subject}.__class__ is int or {name}.__class__ is float)"
+
+
+def _finite_number(value: Any) -> bool:
+    return value.__class__ is int or (value.__class__ is float and math.isfinite(value))
+
+
 class CodeGen:
     """Generates the two functions for one folded tree.
 
     Args:
         stats: Receives plugin-function error counts.
+        names: For a function that reads a decoded JSON object (``dict``) rather than a message: each field
+            path the tree reads -> the top-level member it names (``/grp`` -> ``grp``). The generated code
+            then calls ``dict.get`` with the member name where it would call ``message.get`` with the path,
+            which is the same value a JSON message gives for a one-step path of an object document.
     """
 
-    def __init__(self, stats: FilterStatistics) -> None:
+    def __init__(self, stats: FilterStatistics, names: Mapping[str, str] | None = None) -> None:
         self.stats = stats
+        self.names = names
         self.ns: dict[str, Any] = {
             "_eq": V.eq,
             "_ne": V.ne,
@@ -278,11 +292,14 @@ class CodeGen:
         if isinstance(node, Const):
             return self.bind(node.value)
         if isinstance(node, Field):
-            return f"_g({self.bind(node.path, '_p')})"
+            path = node.path if self.names is None else self.names[node.path]
+            return f"_g({self.bind(path, '_p')})"
         if isinstance(node, Neg):
-            return f"_neg({self.value(node.operand)})"
+            t = self.temp()
+            return f"(-{t} if {_is_number(f'({t} := {self.value(node.operand)})', t)} else _neg({t}))"
         if isinstance(node, Arith):
-            return f"{_ARITH_HELPER[node.op]}({self.value(node.left)}, {self.value(node.right)})"
+            return self.fast_arith(node) or (
+                f"{_ARITH_HELPER[node.op]}({self.value(node.left)}, {self.value(node.right)})")
         if isinstance(node, Compare):
             return f"{_HELPER[node.op]}({self.value(node.left)}, {self.value(node.right)})"
         if isinstance(node, And):
@@ -395,6 +412,43 @@ class CodeGen:
                 test += f" and {t} == {t}"  # NaN is unordered: never TRUE
             return f"(({test}) if {subject}.__class__ is int or {t}.__class__ is float else {fallback})"
         return None
+
+    def fast_arith(self, node: Arith) -> str | None:
+        """Inline Python arithmetic when the operands are plain numbers (``int`` or ``float``, never ``bool``),
+        the helper of :mod:`broker.expr._values` otherwise (NULL, strings, arrays, booleans...).
+
+        The inline operation is the one the helper would apply to the same two numbers, so the result is
+        the same: ``+``, ``-`` and ``*`` on any numbers (the helpers compute ``x op y`` too, overflow to
+        ``inf`` and ``OverflowError`` included); ``%`` only for an ``int`` dividend >= 0 and a positive ``int``
+        literal divisor (Python's ``%`` then equals the C remainder); ``/`` only for a ``float`` dividend and
+        a non-zero finite literal (an ``int`` quotient has the exact-division rule and a NULL on overflow).
+        """
+        op, left, right = node.op, node.left, node.right
+        helper = _ARITH_HELPER[op]
+        lit = right.value if isinstance(right, Const) else None
+        if op == "%":
+            if lit.__class__ is not int or lit <= 0 or isinstance(left, Const):
+                return None
+            t, c = self.temp(), self.bind(lit)
+            return f"(({t} % {c}) if ({t} := {self.value(left)}).__class__ is int and {t} >= 0 else {helper}({t}, {c}))"
+        if op == "/":
+            if not _finite_number(lit) or lit == 0 or abs(lit) >= 2**53 or isinstance(left, Const):
+                return None
+            t, c = self.temp(), self.bind(lit)
+            return f"(({t} / {c}) if ({t} := {self.value(left)}).__class__ is float else {helper}({t}, {c}))"
+        if isinstance(right, Const) and isinstance(left, Const):
+            return None  # folded already; whatever is left (NULL, a string) takes the helper
+        if isinstance(right, Const) or isinstance(left, Const):
+            const, other = (right, left) if isinstance(right, Const) else (left, right)
+            if not _finite_number(const.value):
+                return None
+            t, c = self.temp(), self.bind(const.value)
+            a, b = (t, c) if const is right else (c, t)
+            return f"(({a} {op} {b}) if {_is_number(f'({t} := {self.value(other)})', t)} else {helper}({a}, {b}))"
+        # Both operands computed (left first) before either is tested, so the helper gets both values.
+        a, b = self.temp(), self.temp()
+        test = f"({_is_number(f'({a} := {self.value(left)})', a)}) & ({_is_number(f'({b} := {self.value(right)})', b)})"
+        return f"(({a} {op} {b}) if {test} else {helper}({a}, {b}))"
 
     def fast_in(self, node: In) -> str | None:
         if isinstance(node.value, Const) or not all(isinstance(i, Const) for i in node.items):

@@ -40,7 +40,7 @@ class Filter:
             compiled filters bound the sum of these.
     """
 
-    __slots__ = ("_stats", "_tree", "_value", "cost", "match", "paths", "source", "text")
+    __slots__ = ("_object_matches", "_stats", "_tree", "_value", "cost", "match", "paths", "source", "text")
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class Filter:
         self._value = value
         self.source = source
         self._stats = stats
+        self._object_matches: dict[tuple[tuple[str, str], ...], Callable[[dict[str, Any]], bool]] = {}
         self.paths: tuple[str, ...] = tuple(field_paths(tree))
         regexes = sum(v.cost for v in getattr(match, "__globals__", {}).values() if isinstance(v, Regex))
         self.cost: int = 4096 + BYTES_PER_CHARACTER * len(text) + regexes
@@ -64,6 +65,32 @@ class Filter:
     def __call__(self, message: Any) -> bool:
         """True when the filter evaluates to TRUE for ``message``."""
         return self.match(message)
+
+    def object_match(self, names: Mapping[str, str]) -> Callable[[dict[str, Any]], bool]:
+        """The filter as a test of a decoded JSON object: ``test(document) -> bool``, for a scan that decodes
+        each record itself (the SOW query's hot loop) and whose filter reads only top-level members.
+
+        ``test(doc)`` equals ``filter(message)`` for any ``message`` whose ``get(path)`` is
+        ``doc.get(names[path])``, which is what a JSON message of an object document answers for a one-step
+        path: the field lookups become ``dict.get`` calls in the generated code, with no message object, no
+        method call and no path resolution. Compiled on first use per ``names`` and kept.
+
+        Args:
+            names: Every path of :attr:`paths` -> the top-level member it reads (``/grp`` -> ``grp``).
+
+        Raises:
+            KeyError: a path of the filter is missing from ``names``.
+        """
+        key = tuple(sorted(names.items()))
+        test = self._object_matches.get(key)
+        if test is None:
+            missing = [p for p in self.paths if p not in names]
+            if missing:
+                raise KeyError(f"no member name for the filter's path(s) {missing}")
+            test = CodeGen(self._stats, dict(names)).build(self._tree, self.text)[0]
+            if len(self._object_matches) < 8:  # a filter is scanned with a handful of name maps at most
+                self._object_matches[key] = test
+        return test
 
     def evaluate(self, message: Any) -> Any:
         """The three-valued result for ``message``: ``True``, ``False`` or ``None`` (unknown). A filter that

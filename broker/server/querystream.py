@@ -80,8 +80,9 @@ def result_frames(rows: Iterator[Row | None], outer: Mapping[str, Any], batch_si
     """
     headers: dict[int, bytes] = {}
     encoders: dict[str, WireRecords] = {}
-    batch: list[tuple[bytes, bytes]] = []
+    batch: list[Row] = []
     encoder: WireRecords | None = None
+    current: Any = None  # the topic of the rows in ``batch``
     chunk: list[bytes] = []
     size = 0
 
@@ -98,18 +99,19 @@ def result_frames(rows: Iterator[Row | None], outer: Mapping[str, Any], batch_si
         batch.clear()
         return encode_sow_parts(header, parts)
 
+    append = batch.append
     for item in rows:
         if item is PAUSE:
             if stopped.is_set():
                 return
             continue
-        topic = item[0]
-        if encoder is None or topic.name != encoder.topic:
-            if batch:
+        if item[0] is not current:
+            topic = current = item[0]
+            if batch and encoder is not None and encoder.topic != topic.name:
                 chunk.append(f := frame())
                 size += len(f)
             encoder = encoders.get(topic.name) or encoders.setdefault(topic.name, WireRecords(topic.name))
-        batch.append((item[1], item[2]))
+        append(item)
         if len(batch) >= batch_size:
             chunk.append(f := frame())
             size += len(f)

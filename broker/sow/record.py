@@ -10,8 +10,13 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from broker import speedups
 from broker.protocol._header import dumps_flat
+
+#: The compiled header loop of :meth:`WireRecords.add` (``broker/speedups/sowrecords.pyx``), or ``None``.
+_compiled = speedups.load("sowrecords")
 
 _HEAD = struct.Struct("<QQQHH")
 #: The fixed header of a stored value, for scans that unpack it inline (:meth:`QueryPlan.rows`).
@@ -91,9 +96,11 @@ class SowRecord:
 _CONTROL_OR_BACKSLASH = bytes(range(0x20)) + b"\\"
 #: Formatted seconds a :class:`WireRecords` keeps (a topic written over an hour needs 3,600).
 MAX_SECONDS = 65_536
-#: One record's inner header after the key (the bytes ``%`` format of :meth:`WireRecords.add`; the topic and
-#: key before it are appended as they are, cheaper than formatting them in).
-_REST = b'","bm":"%s","ts":"%s.%06dZ","x":"%s","l":%d}'
+#: One record's whole inner header (the bytes ``%`` format of :meth:`WireRecords.add`, after the topic's prefix):
+#: key, bookmark, second, microseconds, correlation id, data length.
+_HEADER = b'%s","bm":"%s","ts":"%s.%06dZ","x":"%s","l":%d}'
+#: The same for a record with neither bookmark nor correlation id (most): key, second, microseconds, length.
+_HEADER_PLAIN = b'%s","bm":"","ts":"%s.%06dZ","x":"","l":%d}'
 
 
 class WireRecords:
@@ -103,72 +110,74 @@ class WireRecords:
     dict per record. Each record's inner header ``{"t":..,"k":..,"bm":..,"ts":..,"x":..,"l":..}`` is one
     bytes ``%`` format of the stored key, bookmark and correlation id bytes (valid UTF-8: they were encoded
     from ``str``) and the formatted timestamp, whose ``YYYYmmddTHHMMSS`` part is looked up per second (at
-    most :data:`MAX_SECONDS` kept). One check per batch (quotes counted, no backslash or control byte) proves that no field
-    needed JSON escaping; a batch that fails it is formatted again through the escaping encoder, so the
-    bytes are always those of :func:`broker.protocol.encode_sow_batch`.
+    most :data:`MAX_SECONDS` kept). One check per batch (quotes counted, no backslash or control byte) proves
+    that no field needed JSON escaping; a batch that fails it is formatted again through the escaping encoder,
+    so the bytes are always those of :func:`broker.protocol.encode_sow_batch`.
 
     Args:
         topic: The topic name every record of this encoder carries.
     """
 
-    __slots__ = ("_prefix", "_quotes", "_raw_ok", "_seconds", "topic")
+    __slots__ = ("_full", "_plain", "_prefix", "_quotes", "_raw_ok", "_seconds", "topic")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         head = dumps_flat({"t": topic})
         self._prefix = head[:-1] + b',"k":"'
-        #: Quotes in the part of one fast-formatted header after the key, when no field holds one.
-        self._quotes = (_REST % (b"", b"", 0, b"", 0)).count(b'"')
+        prefix = self._prefix.replace(b"%", b"%%")
+        self._full = prefix + _HEADER
+        self._plain = prefix + _HEADER_PLAIN
+        #: Quotes in one fast-formatted header when no field holds one.
+        self._quotes = (self._full % (b"", b"", b"", 0, b"", 0)).count(b'"')
         #: The topic needed no escaping (otherwise every batch takes the escaping path).
         self._raw_ok = b"\\" not in head
         #: Epoch second -> its ``YYYYmmddTHHMMSS`` text: records come in key order, not time order, so their
         #: seconds repeat across the scan rather than in runs.
         self._seconds: dict[int, bytes] = {}
 
-    def add(self, parts: list[bytes], rows: Sequence[tuple[bytes, bytes]]) -> None:
+    def add(self, parts: list[bytes], rows: Sequence[tuple[Any, bytes, bytes, Any]]) -> None:
         """Append each record's inner header and data to ``parts``.
 
         Args:
             parts: The frame's parts so far (the outer header first).
-            rows: ``(key, stored value)`` per record, in order.
+            rows: ``(topic, key, stored value, message)`` per record, in order (the rows of
+                :meth:`broker.engine.queries.QueryPlan.rows`; only the key and the value are read).
         """
         start = len(parts)
         unpack = _HEAD.unpack_from
         size = _HEAD.size
-        prefix = self._prefix
+        full, plain = self._full, self._plain
         seconds = self._seconds
         if len(seconds) > MAX_SECONDS:
             seconds.clear()
         second_text = seconds.get
         append = parts.append
-        for key, value in rows:
+        done = 0 if _compiled is None else _compiled.add_records(parts, rows, self._prefix, seconds)
+        for _topic, key, value, _msg in (rows[done:] if done else rows):
             ts, _seq, _exp, lbm, lx = unpack(value)
-            secs, rem = divmod(ts, 1_000_000_000)
+            secs = ts // 1_000_000_000
             text = second_text(secs)
             if text is None:
                 text = seconds[secs] = time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)).encode()
-            off = size + lbm + lx
-            data = value[off:]
-            append(prefix)
-            append(key)
-            if off == size:  # no bookmark, no correlation id
-                append(_REST % (b"", text, rem // 1000, b"", len(data)))
+            if lbm or lx:  # a bookmark or a correlation id
+                off = size + lbm + lx
+                append(full % (key, value[size:size + lbm], text, ts % 1_000_000_000 // 1000, value[size + lbm:off],
+                               len(value) - off))
+                append(value[off:])
             else:
-                append(_REST % (value[size:size + lbm], text, rem // 1000, value[size + lbm:off], len(data)))
-            append(data)
-        # Four parts per record: prefix, key, the rest of the header, data. A key holding no quote and the
-        # rest holding only its own quotes, neither a backslash nor a control byte, needed no escaping.
-        keys = b"".join(parts[start + 1::4])
-        rest = b"".join(parts[start + 2::4])
-        if (not self._raw_ok or b'"' in keys or rest.count(b'"') != self._quotes * len(rows)
-                or len(keys.translate(None, _CONTROL_OR_BACKSLASH)) != len(keys)
-                or len(rest.translate(None, _CONTROL_OR_BACKSLASH)) != len(rest)):
+                append(plain % (key, text, ts % 1_000_000_000 // 1000, len(value) - size))
+                append(value[size:])
+        # Two parts per record: its header, its data. Headers holding only their own quotes, neither a
+        # backslash nor a control byte, needed no escaping.
+        headers = b"".join(parts[start::2])
+        if (not self._raw_ok or headers.count(b'"') != self._quotes * len(rows)
+                or len(headers.translate(None, _CONTROL_OR_BACKSLASH)) != len(headers)):
             del parts[start:]
             self._add_escaped(parts, rows)
 
-    def _add_escaped(self, parts: list[bytes], rows: Sequence[tuple[bytes, bytes]]) -> None:
+    def _add_escaped(self, parts: list[bytes], rows: Sequence[tuple[Any, bytes, bytes, Any]]) -> None:
         """:meth:`add` through the escaping JSON encoder (a field holds a quote, backslash or control byte)."""
-        for key, value in rows:
+        for _topic, key, value, _msg in rows:
             rec = SowRecord.decode(key.decode(), value)
             secs, rem = divmod(rec.timestamp_ns, 1_000_000_000)
             ts = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(secs))}.{rem // 1000:06d}Z"

@@ -137,3 +137,25 @@ def test_the_scan_reads_fields_exactly_as_the_message_type_does(body: bytes, tex
         return
     assert flt.match(reader(body)) == flt.match(mt.lazy(body))
     assert ob.sort_key(reader(body)) == ob.sort_key(mt.lazy(body))
+
+
+_SCAN_FILTERS = [*_FILTERS, "/v % 3 = 1", "/a * 2 + /v >= 3", "-/v < 0", "/a / 2.0 > 0.5", "/missing + 1 IS NULL"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(bodies=st.lists(_body, max_size=12), text=st.sampled_from(_SCAN_FILTERS))
+def test_a_scan_matches_exactly_the_records_the_filter_matches(bodies: list[bytes], text: str) -> None:
+    """The scan's hot loop (each record decoded once, the filter run on the decoded object where it can)
+    returns the records for which the filter is TRUE on the message type's own message, in key order."""
+    mt = get_message_type("json")
+    topic = SowTopic(name="t", message_type=mt, storage=MemoryStorage(StorageSpec(topic="t")), key_generator=None)
+    for i, body in enumerate(bodies):
+        topic.upsert(SowRecord(f"k{i:03d}", body, i + 1), None)
+    flt = compile_filter(text)
+    plan, _ = plan_query({"topic": "t", "filter": text}, {"t": topic}, compile_filter, compile_order_by)
+    try:
+        got = [item[1].decode() for item in plan.rows() if item is not PAUSE]
+    finally:
+        plan.close()
+    assert got == [f"k{i:03d}" for i, body in enumerate(bodies) if flt(mt.lazy(body))]
+    assert plan.matched == len(got)
