@@ -109,6 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from broker.server.gctuning import tune_garbage_collector
     from broker.server.gilswitch import tune_switch_interval
     from broker.server.kernel import Broker
+    from broker.server.pauses import install_from_environment, uninstall
 
     config = _load(args.config)
     _setup_logging(args.log_level, config.logging)
@@ -116,7 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.warning("%s", w)
 
     async def main() -> None:
-        broker = Broker(config)
+        pauses = install_from_environment()  # BROKER_PAUSE_LOG_MS: who holds the event loop (latency tails)
+        broker = Broker(config, defer_recovery=True)  # serve() recovers in a thread while the Admin port answers
         tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
         tune_switch_interval()  # the loop gets the GIL back from query threads within 1 ms
         # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
@@ -133,6 +135,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     stopping.cancel_scope.cancel()
                 nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_DEADLINE
                 nursery.cancel_scope.cancel()
+        uninstall(pauses)
         log.info("broker stopped")
 
     try:

@@ -16,19 +16,30 @@ calls stay in production code. The points (each named where it is called):
 * ``sow-after-write``: a batch of publishes was applied to the SOW, its journal records not yet durable.
 * ``archive-mid-copy``: an archive/compress copy is complete, the original not yet removed.
 * ``sow-mid-compaction``: a SOW compaction is running.
+
+Hold points (:func:`hold_point`) stop instead of killing, so a test can look at the broker at a moment it
+would otherwise pass too quickly to catch: ``BROKER_HOLD=<name>`` and ``BROKER_HOLD_FILE=<path>`` make the
+thread that reaches the point wait there (once) until ``<path>`` exists.
+
+* ``recovery-mid-replay``: start-up recovery has read its first 4,096 journal records and reported them.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
-__all__ = ["POINTS", "fault_point"]
+__all__ = ["HOLD_POINTS", "POINTS", "fault_point", "hold_point"]
 
 POINTS = ("journal-before-write", "journal-before-fsync", "journal-after-fsync", "journal-mid-rotation",
           "sow-before-write", "sow-after-write", "archive-mid-copy", "sow-mid-compaction")
 
+HOLD_POINTS = ("recovery-mid-replay",)
+
 _ARMED = os.environ.get("BROKER_FAULT", "")
+_HOLD = os.environ.get("BROKER_HOLD", "")
+_HOLD_FILE = os.environ.get("BROKER_HOLD_FILE", "")
 _remaining = int(os.environ.get("BROKER_FAULT_AFTER", "0") or 0)
 #: Steps carrying fewer messages pass the point without counting (``BROKER_FAULT_MIN_MESSAGES``).
 _MIN_MESSAGES = int(os.environ.get("BROKER_FAULT_MIN_MESSAGES", "0") or 0)
@@ -49,3 +60,17 @@ def fault_point(name: str, messages: int = 0) -> None:
         return
     os.write(2, f"BROKER_FAULT {name}: SIGKILL now ({messages} messages in this step)\n".encode())
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold_point(name: str) -> None:
+    """Wait here until ``BROKER_HOLD_FILE`` exists if ``BROKER_HOLD`` names this point (the first pass only).
+
+    Blocks the calling thread: call it only where a thread other than the event loop's passes (a worker).
+    """
+    global _HOLD
+    if not _HOLD or name != _HOLD:
+        return
+    _HOLD = ""
+    os.write(2, f"BROKER_HOLD {name}: waiting for {_HOLD_FILE}\n".encode())
+    while not os.path.exists(_HOLD_FILE):
+        time.sleep(0.01)

@@ -245,6 +245,8 @@ class AmpsTreeBuilder:
             "config_path": info.config_path,
             "cwd": os.getcwd(),
             "uptime": format_uptime(now - info.start_time),
+            "recovery": {"in_progress": int(snap.recovery.in_progress), "records_read": snap.recovery.records_read,
+                         "progress": snap.recovery.progress},
             "memory": process_memory(),
             "statistics": {"interval": round(self._interval * 1000)},
             "processors": [

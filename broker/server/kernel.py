@@ -43,7 +43,7 @@ from broker.plugins import PluginManager, build_plugin_manager
 from broker.security.runtime import SecurityRuntime
 from broker.server.counters import BrokerCounters
 from broker.server.outbound import MemoryBudget
-from broker.server.recovery import RecoveryReport, mark_clean, recover, state_path
+from broker.server.recovery import RecoveryProgress, RecoveryReport, mark_clean, recover, state_path
 from broker.sow.cache import CachedStorage
 from broker.sow.history import PRUNE_SLICE, History
 from broker.sow.keys import KeySpec
@@ -66,6 +66,7 @@ from broker.stats.snapshot import (
     OofTotals,
     PaginationStats,
     PublishesRefused,
+    RecoveryStats,
     SecurityRefusals,
     SowTopicStats,
     SubscriptionCounts,
@@ -107,9 +108,12 @@ class Broker:
     Args:
         config: The loaded configuration.
         plugins: A collected plugin manager (built from the config's ``<Modules>`` when omitted).
+        defer_recovery: Leave start-up recovery of the SOW (:mod:`.recovery`) to :meth:`serve`, which runs
+            it in a worker thread while the Admin server already answers (``broker serve`` does). By
+            default the constructor recovers, so a broker used without serving (tests, tools) is consistent.
     """
 
-    def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
+    def __init__(self, config: Config, plugins: PluginManager | None = None, *, defer_recovery: bool = False) -> None:
         self.config = config
         self.version = WIRE_VERSION
         self.start_time = time.time()
@@ -167,14 +171,12 @@ class Broker:
             if self.journal is not None:
                 self.journal.close()  # release the directory lock: nothing was appended
             raise
-        #: What start-up recovery did (``None`` without a transaction log); see :mod:`.recovery`.
+        #: What start-up recovery did (``None`` without a transaction log, or before it ran); see :mod:`.recovery`.
         self.recovery: RecoveryReport | None = None
-        if self.journal is not None:
-            self.recovery = recover(self.journal, topics, self.is_logged, without_storage=missing | {
-                t.name for t in config.sow_topics if t.durability == "transient"})
-        for topic in topics.values():
-            if topic.default_expiration is not None:  # after recovery: rebuilt records expire on time
-                topic.rebuild_expiry_index()
+        #: How far start-up recovery got (the Admin server shows it while the client transports wait).
+        self.recovery_progress = RecoveryProgress()
+        self._recovered = False
+        self._without_storage = missing | {t.name for t in config.sow_topics if t.durability == "transient"}
         self.engine = Engine(
             sow_topics=topics,
             message_types=get_message_type,
@@ -197,6 +199,33 @@ class Broker:
         #: The websocket transports' names and bound ports (the web console's query panel connects to one).
         self.websocket_endpoints: list[dict[str, Any]] = []
         self.addresses: list[tuple[str, int]] = []
+        if not defer_recovery:
+            self.recover_storage()
+
+    def recover_storage(self) -> RecoveryReport | None:
+        """Start-up recovery (:func:`.recovery.recover`), once: every logged SOW topic is made to equal its
+        journal, then the expiry indexes are rebuilt (rebuilt records expire on time). Blocking file I/O:
+        :meth:`serve` runs it in a worker thread, before any client transport opens.
+
+        Returns:
+            What recovery did (``None`` without a transaction log).
+        """
+        if self._recovered:
+            return self.recovery
+        progress = self.recovery_progress
+        progress.in_progress = True
+        try:
+            topics = self.engine.sow_topics
+            if self.journal is not None:
+                self.recovery = recover(self.journal, topics, self.is_logged, without_storage=self._without_storage,
+                                        progress=progress)
+            for topic in topics.values():
+                if topic.default_expiration is not None:
+                    topic.rebuild_expiry_index()
+            self._recovered = True
+        finally:
+            progress.in_progress = False
+        return self.recovery
 
     # -- construction --------------------------------------------------------------------------------
     def _build_topic(self, cfg: SowTopicConfig) -> SowTopic:
@@ -269,17 +298,34 @@ class Broker:
         return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
 
     def shed_consumers(self) -> None:
-        """Offline the largest consumers (as slow clients) until client buffers fit the broker-wide limit
-        again, leaving room for a tenth of it (so the next publish does not shed again)."""
+        """Offline the largest consumers (as slow clients) until client buffers fit the broker-wide limit.
+
+        Largest first, and until the buffers fit the limit again. Beyond that, to leave room for a tenth of
+        the limit (so the next publish does not shed again), only consumers holding at least that tenth are
+        offlined: input buffers (frames being received, reserved whole) can fill that room alone, and
+        shedding cannot free them, so without this bound every consumer with a message still queued was
+        offlined, a reader that keeps up included (seen in ``test_e2e_isolation_memory``: four stalled
+        consumers and the reading one, two messages behind, offlined together). Logs what it did.
+        """
         budget = self.memory
-        target = budget.limit - budget.limit // 10
         if budget.output < SHED_MIN_BYTES:
             return
-        for session in sorted(self.sessions, key=lambda s: s.outbound.size, reverse=True):
-            if budget.input + budget.output <= target or session.outbound.size < SHED_MIN_BYTES:
+        limit = budget.limit
+        room = limit // 10
+        before_in, before_out = budget.input, budget.output
+        offlined = 0
+        for session in sorted((s for s in self.sessions if s.outbound.size >= SHED_MIN_BYTES),
+                              key=lambda s: s.outbound.size, reverse=True):
+            total = budget.input + budget.output
+            if total <= limit - room or (total <= limit and session.outbound.size < room):
                 break
             budget.offlined_consumers += 1
-            session._offline(total=budget.limit)
+            offlined += 1
+            session._offline(total=limit)
+        if offlined:
+            log.warning("TotalMessageMemoryLimit %d bytes: client buffers held %d bytes of input and %d of output; "
+                        "offlined %d consumers, largest first; now %d input, %d output", limit, before_in,
+                        before_out, offlined, budget.input, budget.output)
 
     def last_persisted(self, client_name: str) -> int:
         """The highest publish-store sequence persisted for a publisher (for the logon ack)."""
@@ -421,12 +467,15 @@ class Broker:
         self._synced = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
+                if self.config.admin is not None:
+                    await self._start_admin(nursery)  # first: it shows recovery's progress
+                if not self._recovered:
+                    # Not cancellable: the thread writes the SOW stores that aclose() would close under it.
+                    await trio.to_thread.run_sync(self.recover_storage)
                 if self.journal is not None:
                     nursery.start_soon(self._journal_syncer)
                 nursery.start_soon(self._expiration_sweeper)
                 nursery.start_soon(self._history_pruner)
-                if self.config.admin is not None:
-                    await self._start_admin(nursery)
                 for transport in self.config.transports:
                     addrs = await nursery.start(serve_transport, transport, self)
                     self.addresses.extend(addrs)
@@ -523,6 +572,12 @@ class Broker:
         """Sync the journal and close storage (after the nursery is done); when both went well, mark the stop
         clean so that the next start does not check the SOW against the journal (:mod:`.recovery`)."""
         clean_state: tuple[Path, int] | None = None
+        if self.journal is not None and not self._recovered:  # recovery failed: the next start checks again
+            try:
+                self.journal.close()
+            except BrokerError as exc:
+                log.error("journal close failed: %s", exc)
+            self.journal = None
         if self.journal is not None:
             try:
                 await trio.to_thread.run_sync(self.journal.sync)
@@ -591,6 +646,9 @@ class Broker:
         return BrokerSnapshot(
             instance=InstanceInfo(name=self.config.name, version=__version__, start_time=self.start_time,
                                   config_path=self.config.source, pid=os.getpid()),
+            recovery=RecoveryStats(in_progress=self.recovery_progress.in_progress,
+                                   records_read=self.recovery_progress.records_read,
+                                   progress=self.recovery_progress.ratio),
             counters=Counters(
                 messages_received=c.messages_received, messages_delivered=c.messages_delivered,
                 bytes_in=own.bytes_in,

@@ -24,7 +24,10 @@ with ``clean: true`` (after the journal and every SOW store are synced), and sta
 against one replay of the journal; a clean start reads no journal (except to rebuild a SOW that has no
 storage yet: a transient topic or a removed ``FileName``).
 
-File I/O only, no trio: the kernel calls it before serving.
+File I/O only, no trio: ``broker serve`` runs it in a worker thread once the Admin server is up and
+before the client transports open (AMPS accepts no client before recovery ends), reporting how far it got
+in a :class:`RecoveryProgress` that the Admin server shows (``broker_recovery_in_progress``,
+``broker_recovery_progress_ratio``); a long replay also logs its progress every :data:`PROGRESS_EVERY` seconds.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.faults import hold_point
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
 from broker.txlog import Command, ReplayStart
@@ -52,6 +56,33 @@ BATCH = 10_000
 PROGRESS_EVERY = 5.0
 
 _PUBLISHES = (Command.PUBLISH, Command.DELTA_PUBLISH)
+
+
+@dataclass
+class RecoveryProgress:
+    """How far start-up recovery got, written by the recovering thread and read by the Admin server.
+
+    Plain attributes, each written whole (an int or a bool): a reader on another thread sees some recent
+    value of each, which is all a progress gauge needs.
+
+    Attributes:
+        in_progress: Recovery has started and not ended (the client transports are not open yet).
+        records_read: Journal records read by the replay so far.
+        sequence: The journal sequence the replay reached.
+        target: The sequence the replay reads up to (the journal's last durable record).
+    """
+
+    in_progress: bool = False
+    records_read: int = 0
+    sequence: int = 0
+    target: int = 0
+
+    @property
+    def ratio(self) -> float:
+        """The replay's progress from 0 to 1 (1 once recovery ended, or when nothing is to be read)."""
+        if not self.in_progress:
+            return 1.0
+        return min(1.0, self.sequence / self.target) if self.target else 0.0
 
 
 @dataclass
@@ -220,7 +251,7 @@ class _Check:
 
 
 def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[str], bool],
-            without_storage: Iterable[str] = ()) -> RecoveryReport:
+            without_storage: Iterable[str] = (), progress: RecoveryProgress | None = None) -> RecoveryReport:
     """Apply the recovery rule to the logged SOW topics (call after ``journal.open()``, before serving).
 
     Args:
@@ -229,6 +260,7 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
         is_logged: Whether the transaction log records a topic.
         without_storage: Topics whose storage did not exist before this start (transient ones, a removed
             ``FileName``): they are rebuilt from the journal whatever the last stop was.
+        progress: Updated as the replay goes (its ``in_progress`` is the caller's to set and clear).
 
     Returns:
         What was done (also logged).
@@ -241,6 +273,8 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
     state = read_state(path)
     durable = journal.durable_sequence
     report = RecoveryReport(durable_sequence=durable)
+    progress = progress if progress is not None else RecoveryProgress()
+    progress.target = durable
     logged = {name: t for name, t in topics.items() if is_logged(name)}
     fresh = set(without_storage)
     report.clean = state is not None and state.clean and state.last_sequence == journal.last_sequence
@@ -286,7 +320,7 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
         log.info("SOW recovery: %s; checking %d logged SOW topics against the journal (durable up to sequence %d)",
                  "the last stop was not clean" if state is not None else f"no {path.name} (a first start)",
                  len(checks) + len(rebuild), durable)
-    _replay(journal, durable, {n: logged[n] for n in rebuild}, checks, report)
+    _replay(journal, durable, {n: logged[n] for n in rebuild}, checks, report, progress)
     for name, check in checks.items():
         rolled, caught = check.repair(journal)
         report.rolled_back[name] = rolled
@@ -303,7 +337,7 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
 
 
 def _replay(journal: Any, durable: int, rebuild: Mapping[str, SowTopic], checks: Mapping[str, _Check],
-            report: RecoveryReport) -> None:
+            report: RecoveryReport, progress: RecoveryProgress) -> None:
     """One pass over the journal feeding the topics to rebuild and the topics to check."""
     if not rebuild and not checks:
         return
@@ -336,11 +370,15 @@ def _replay(journal: Any, durable: int, rebuild: Mapping[str, SowTopic], checks:
                 check = checks.get(topic)
                 if check is not None:
                     check.see(rec)
-        if not n % 65_536 and time.monotonic() - last_note >= PROGRESS_EVERY:
-            last_note = time.monotonic()
-            log.info("SOW recovery: journal replay at sequence %d of %d (%.0f%%), %d records read",
-                     rec.sequence, durable, 100 * rec.sequence / max(durable, 1), n)
-    report.records_replayed = n
+        if not n % 4096:
+            progress.records_read, progress.sequence = n, rec.sequence
+            hold_point("recovery-mid-replay")
+            if not n % 65_536 and time.monotonic() - last_note >= PROGRESS_EVERY:
+                last_note = time.monotonic()
+                log.info("SOW recovery: journal replay at sequence %d of %d (%.0f%%), %d records read",
+                         rec.sequence, durable, 100 * rec.sequence / max(durable, 1), n)
+    report.records_replayed = progress.records_read = n
+    progress.sequence = durable
     for name, out in writers.items():
         out.flush()
         report.rebuilt[name] = rebuild[name].count()

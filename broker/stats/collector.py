@@ -61,6 +61,12 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_instance_info", "info", "Broker instance name and version (value is always 1).",
           "name", "version"),
     _spec("broker_uptime_seconds", "gauge", "Seconds since the broker instance started."),
+    _spec("broker_recovery_in_progress", "gauge",
+          "1 while start-up recovery rebuilds or checks the SOW from the transaction log (the client ports "
+          "open when it ends), else 0."),
+    _spec("broker_recovery_records_read", "gauge", "Transaction log records start-up recovery has read."),
+    _spec("broker_recovery_progress_ratio", "gauge",
+          "How far start-up recovery's replay got through the transaction log, 0 to 1 (1 when done)."),
     _spec("broker_messages_received_total", "counter", "Messages published to the broker by clients."),
     _spec("broker_messages_delivered_total", "counter",
           "Messages delivered to subscribers (one per matching subscription)."),
@@ -264,6 +270,10 @@ class BrokerCollector(Collector):
         info.add_metric([], {"name": instance.name, "version": instance.version})
         yield info
         yield _scalar("broker_uptime_seconds", max(0.0, self._clock() - instance.start_time))
+        recovery = snap.recovery
+        yield _scalar("broker_recovery_in_progress", float(recovery.in_progress))
+        yield _scalar("broker_recovery_records_read", recovery.records_read)
+        yield _scalar("broker_recovery_progress_ratio", recovery.progress)
 
         yield _scalar("broker_messages_received_total", counters.messages_received)
         yield _scalar("broker_messages_delivered_total", counters.messages_delivered)

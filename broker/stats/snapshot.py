@@ -58,6 +58,7 @@ __all__ = [
     "OofTotals",
     "PaginationStats",
     "PublishesRefused",
+    "RecoveryStats",
     "SecurityRefusals",
     "SowTopicStats",
     "SubscriptionCounts",
@@ -100,6 +101,15 @@ class InstanceInfo:
     start_time: float  # epoch seconds
     config_path: str
     pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStats:
+    """Start-up recovery of the SOW from the transaction log (the client transports open when it ends)."""
+
+    in_progress: bool = False  # recovering now: the Admin port answers, the client transports are not open
+    records_read: int = 0  # journal records the replay read so far
+    progress: float = 1.0  # 0 to 1: how far the replay got through the journal (1 when not recovering)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +335,7 @@ class BrokerSnapshot:
     """What ``statistics()`` returns. See the module docstring for the rules."""
 
     instance: InstanceInfo
+    recovery: RecoveryStats = RecoveryStats()
     counters: Counters = Counters()
     clients: tuple[ClientStats, ...] = ()
     topics: Mapping[str, TopicFlow] = field(default_factory=dict)

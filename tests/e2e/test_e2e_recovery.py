@@ -1,11 +1,14 @@
 """Start-up recovery with a real broker and the official client (issue 13): a broker killed right after a SOW
 write (``sow-after-write`` fault point, no client re-send) comes back with its SOW equal to the replay of its
 journal and hands out no bookmark a SOW record carried; a SOW rebuilt from the journal expires per-message
-expirations on time (query and OOF); a clean restart reads no journal."""
+expirations on time (query and OOF); a clean restart reads no journal; while a SOW is rebuilt the Admin port
+shows the progress and the client port stays closed."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +19,8 @@ import plyvel
 import pytest
 
 from broker.sow.record import SowRecord
-from broker.testing.process import BrokerProcess
+from broker.testing.admin import fresh_get
+from broker.testing.process import BrokerProcess, wait_for_port
 
 TXLOG = """
 <JournalDirectory>./journal</JournalDirectory>
@@ -136,5 +140,61 @@ def test_rebuilt_sow_expires_on_time_and_clean_restart_reads_no_journal(tmp_path
         reader.logon()
         assert [json.loads(d)["id"] for d, _s in sow_rows(reader, "orders").values()] == [1]
         reader.close()
+    finally:
+        b.stop()
+
+
+def metric(admin_port: int, name: str) -> float:
+    """One unlabelled series from a statistics sample taken after the call."""
+    for line in fresh_get(admin_port)[1].decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_the_admin_port_shows_recovery_progress_before_the_client_port_opens(tmp_path: Path) -> None:
+    """A SOW rebuilt from a long journal: while it is rebuilt (held mid-replay by the ``recovery-mid-replay``
+    hold point, so the moment cannot pass unseen) the Admin port answers with the progress and the client port
+    refuses connections; released, the client port opens on the whole SOW."""
+    records = 20_000
+    b = BrokerProcess.from_xml(tmp_path, admin=True, sow=SOW, transaction_log=TXLOG).start()
+    assert b.admin_port is not None
+    try:
+        pub = AMPS.Client("pub")
+        pub.connect(b.uri)
+        pub.logon()
+        for i in range(records):
+            pub.publish("quotes", json.dumps({"id": i, "v": "x" * 20}))
+        pub.publish_flush(60_000)
+        pub.close()
+    finally:
+        assert b.stop() == 0
+    release = tmp_path / "release-recovery"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BROKER_HOLD": "recovery-mid-replay",
+           "BROKER_HOLD_FILE": str(release)}
+    with open(b.log_path, "ab") as log:  # quotes is transient: this start rebuilds it from the journal
+        b.proc = subprocess.Popen([sys.executable, "-m", "broker", "serve", str(b.config_path)], cwd=b.cwd,
+                                  stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for_port(b.admin_port, 60, b.proc)
+        while metric(b.admin_port, "broker_recovery_records_read") == 0:  # the hold point reports first
+            pass
+        assert metric(b.admin_port, "broker_recovery_in_progress") == 1
+        assert 0 < metric(b.admin_port, "broker_recovery_progress_ratio") < 1
+        tree = json.loads(fresh_get(b.admin_port, "/amps/instance.json")[1])["amps"]["instance"]["recovery"]
+        assert tree["in_progress"] == "1" and int(tree["records_read"]) >= 4096, tree
+        with pytest.raises(ConnectionRefusedError):  # AMPS accepts no client before recovery ends
+            socket.create_connection(("127.0.0.1", b.port), timeout=5).close()
+        release.touch()
+        wait_for_port(b.port, 120, b.proc)
+        assert metric(b.admin_port, "broker_recovery_in_progress") == 0
+        assert metric(b.admin_port, "broker_recovery_progress_ratio") == 1
+        assert metric(b.admin_port, "broker_recovery_records_read") >= records
+        reader = AMPS.Client("reader")
+        reader.connect(b.uri)
+        reader.logon()
+        assert sorted(json.loads(d)["id"] for d, _s in sow_rows(reader, "quotes").values()) == list(range(records))
+        reader.close()
+        assert "SOW topic quotes: rebuilt 20000 records" in b.log()
     finally:
         b.stop()
