@@ -50,13 +50,16 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "fan-out (match + queue delivery)": (("broker/engine/engine.py", "_deliver_run"),),
     # The batch path queues one persisted ack per batch (_persisted_ack, which calls after_durable); the syncer
     # sends it (ack). The "before" table (per-message path) summed ack and after_durable.
-    "ack (persisted ack queued)": (("broker/server/session.py", "ack"), ("broker/server/session.py", "_persisted_ack")),
+    "ack (persisted ack queued)": (("broker/server/session.py", "ack"), ("broker/server/session.py", "_persisted_ack"),
+                                   ("broker/server/publish_batch.py", "_persisted_ack")),
     "socket reads": (("broker/server/sockio.py", "read_some"),),
     "socket writes (deliveries + acks)": (("broker/server/sockio.py", "write_all"),),
 }
 #: The engine's whole publish (``publish_batch`` since the batched path; ``publish`` before it): what it spends
 #: outside the stages above is its own row.
-ENGINE_PUBLISH = (("broker/engine/engine.py", "publish_batch"), ("broker/engine/engine.py", "publish"))
+#: (broker/engine/publish.py since the publish path moved out of engine.py; engine.py's names for older trees.)
+ENGINE_PUBLISH = (("broker/engine/publish.py", "publish_batch"), ("broker/engine/publish.py", "publish"),
+                  ("broker/engine/engine.py", "publish_batch"), ("broker/engine/engine.py", "publish"))
 ENGINE_STAGES = ("parse (message body)", "key (SOW key from the message)", "storage read (previous record)",
                  "journal (append + release)", "storage write (SOW upsert)", "fan-out (match + queue delivery)")
 #: The event loop waiting for I/O (idle, not work).

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from broker import hookimpl
+from broker import hookimpl, speedups
 from broker.errors import ConfigError, KeyGenerationError
 from broker.options import OptionSet
 from broker.sow.keys import KeyGenerator, KeySpec, validate_user_key  # noqa: F401 - re-exported
@@ -43,6 +43,9 @@ __all__ = [
     "checksum_key",
     "validate_user_key",
 ]
+
+#: The compiled key (:func:`broker.speedups.publish.default_key`) when built: the same keys as the code below.
+_compiled_key = _publish.default_key if (_publish := speedups.load("publish")) is not None else None
 
 #: ``default`` takes no options: ``broker check`` reports any ``<KeyGenerator><Options>`` child.
 OPTIONS = OptionSet()
@@ -123,7 +126,10 @@ class DefaultKeyGenerator(KeyGenerator):
         self._fields = spec.key_fields
         self._topic = spec.topic
         # Hash the domain once; generate() copies the primed hash state (cheaper than re-hashing it).
-        self._primed = blake2b(_prefix(spec.key_domain).encode("utf-8", "surrogatepass"), digest_size=8)
+        domain = _prefix(spec.key_domain).encode("utf-8", "surrogatepass")
+        self._primed = blake2b(domain, digest_size=8)
+        self._domain = domain
+        self._field_tuple = tuple(self._fields)
 
     def generate(self, message: Any) -> str:
         """The key of ``message``: see the module docstring for the exact recipe.
@@ -131,6 +137,14 @@ class DefaultKeyGenerator(KeyGenerator):
         Raises:
             KeyGenerationError: a key field is missing, null, or not a single value.
         """
+        if _compiled_key is not None:
+            key = _compiled_key(self._domain, self._field_tuple, message)
+            if key is not None:
+                return key
+        return self._generate_python(message)
+
+    def _generate_python(self, message: Any) -> str:
+        """:meth:`generate` in pure Python (the fallback, and the reference the compiled key is tested against)."""
         topic = self._topic
         if len(self._fields) == 1:  # the common case, without the list and join
             field = self._fields[0]

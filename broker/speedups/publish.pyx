@@ -1,0 +1,266 @@
+# cython: language_level=3
+"""Compiled twins of the per-message work of a publish (see :mod:`broker.speedups`).
+
+- :func:`encode_fields`: a journal record (:func:`broker.txlog.records.encode_fields`), header, fields and
+  CRC-32C in one allocation;
+- :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C.
+
+Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` values) and hands anything else
+to the pure-Python code, so both give the same results and the same errors on every input.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+
+    static uint32_t broker_crc32c_table[8][256];
+
+    static void broker_crc32c_init(void) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            broker_crc32c_table[0][i] = c;
+        }
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = broker_crc32c_table[0][i];
+            for (int t = 1; t < 8; t++) {
+                c = broker_crc32c_table[0][c & 0xff] ^ (c >> 8);
+                broker_crc32c_table[t][i] = c;
+            }
+        }
+    }
+
+    /* Continue a CRC-32C (as google_crc32c.extend) over len bytes. */
+    static uint32_t broker_crc32c_extend(uint32_t crc, const uint8_t *p, size_t len) {
+        crc = ~crc;
+        while (len >= 8) {
+            uint32_t lo = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+            uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+            lo ^= crc;
+            crc = broker_crc32c_table[7][lo & 0xff] ^ broker_crc32c_table[6][(lo >> 8) & 0xff]
+                ^ broker_crc32c_table[5][(lo >> 16) & 0xff] ^ broker_crc32c_table[4][lo >> 24]
+                ^ broker_crc32c_table[3][hi & 0xff] ^ broker_crc32c_table[2][(hi >> 8) & 0xff]
+                ^ broker_crc32c_table[1][(hi >> 16) & 0xff] ^ broker_crc32c_table[0][hi >> 24];
+            p += 8;
+            len -= 8;
+        }
+        while (len--) crc = broker_crc32c_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        return ~crc;
+    }
+
+    static const uint64_t broker_b2_iv[8] = {
+        0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+        0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+    static const uint8_t broker_b2_sigma[12][16] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+        {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+        {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
+        {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+        {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
+        {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+        {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
+        {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+        {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
+        {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+        {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+        {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+    #define BROKER_ROTR64(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
+    #define BROKER_B2G(a, b, c, d, x, y) do { \\
+        a = a + b + (x); d = BROKER_ROTR64(d ^ a, 32); c = c + d; b = BROKER_ROTR64(b ^ c, 24); \\
+        a = a + b + (y); d = BROKER_ROTR64(d ^ a, 16); c = c + d; b = BROKER_ROTR64(b ^ c, 63); } while (0)
+
+    static void broker_b2_compress(uint64_t h[8], const uint8_t *block, uint64_t t, int last) {
+        uint64_t m[16], v[16];
+        for (int i = 0; i < 16; i++) {
+            uint64_t w = 0;
+            for (int j = 7; j >= 0; j--) w = (w << 8) | block[i * 8 + j];
+            m[i] = w;
+        }
+        for (int i = 0; i < 8; i++) { v[i] = h[i]; v[i + 8] = broker_b2_iv[i]; }
+        v[12] ^= t;
+        if (last) v[14] = ~v[14];
+        for (int r = 0; r < 12; r++) {
+            const uint8_t *s = broker_b2_sigma[r];
+            BROKER_B2G(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
+            BROKER_B2G(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
+            BROKER_B2G(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
+            BROKER_B2G(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
+            BROKER_B2G(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
+            BROKER_B2G(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
+            BROKER_B2G(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
+            BROKER_B2G(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
+        }
+        for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
+    }
+
+    /* BLAKE2b with an 8-byte digest and no key (hashlib.blake2b(data, digest_size=8)); the digest read as a
+       big-endian unsigned integer. (Messages up to 2**64 bytes: the counter's high word stays 0.) */
+    static uint64_t broker_blake2b64(const uint8_t *data, size_t len) {
+        uint64_t h[8];
+        uint8_t block[128];
+        uint64_t t = 0;
+        for (int i = 0; i < 8; i++) h[i] = broker_b2_iv[i];
+        h[0] ^= 0x01010000ULL ^ 8;
+        while (len > 128) {
+            t += 128;
+            broker_b2_compress(h, data, t, 0);
+            data += 128;
+            len -= 128;
+        }
+        memset(block, 0, sizeof block);
+        memcpy(block, data, len);
+        t += len;
+        broker_b2_compress(h, block, t, 1);
+        uint64_t out = 0;
+        for (int i = 0; i < 8; i++) out = (out << 8) | ((h[0] >> (8 * i)) & 0xff);
+        return out;
+    }
+    """
+    void broker_crc32c_init()
+    uint32_t broker_crc32c_extend(uint32_t crc, const uint8_t *p, size_t length)
+    uint64_t broker_blake2b64(const uint8_t *data, size_t length)
+
+
+broker_crc32c_init()
+
+cdef enum:
+    HEADER_SIZE = 64
+    FORMAT_VERSION = 2
+cdef Py_ssize_t MAX_RECORD_SIZE = 1 << 30
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+cdef inline void _put16(uint8_t *p, uint64_t v):
+    p[0] = v & 0xff
+    p[1] = (v >> 8) & 0xff
+
+
+cdef inline void _put32(uint8_t *p, uint64_t v):
+    p[0] = v & 0xff
+    p[1] = (v >> 8) & 0xff
+    p[2] = (v >> 16) & 0xff
+    p[3] = (v >> 24) & 0xff
+
+
+cdef inline void _put64(uint8_t *p, uint64_t v):
+    cdef int i
+    for i in range(8):
+        p[i] = (v >> (8 * i)) & 0xff
+
+
+cdef inline bint _u64(object v):
+    """Whether ``v`` is an exact int in [0, 2**64): the fast path's domain."""
+    return type(v) is int and 0 <= v <= _U64_MAX
+
+
+def crc32c_extend(uint32_t crc, bytes data):
+    """``google_crc32c.extend(crc, data)`` (for the tests)."""
+    return broker_crc32c_extend(crc, <const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+def encode_fields(sequence, timestamp_ns, command, topic, data, sow_key, publisher_hash, publisher_seq,
+                  message_type, correlation_id, expiration_ns=0):
+    """:func:`broker.txlog.records.encode_fields`, compiled: the same bytes and the same errors."""
+    if not (type(topic) is bytes and type(data) is bytes and type(sow_key) is bytes and type(message_type) is bytes
+            and type(correlation_id) is bytes and _u64(sequence) and _u64(timestamp_ns) and _u64(publisher_hash)
+            and _u64(publisher_seq) and _u64(expiration_ns) and type(command) is int and 0 <= command <= 255):
+        from broker.txlog.records import _encode_fields_python
+        return _encode_fields_python(sequence, timestamp_ns, command, topic, data, sow_key, publisher_hash,
+                                     publisher_seq, message_type, correlation_id, expiration_ns)
+    cdef Py_ssize_t tlen = PyBytes_GET_SIZE(topic), klen = PyBytes_GET_SIZE(sow_key)
+    cdef Py_ssize_t mlen = PyBytes_GET_SIZE(message_type), clen = PyBytes_GET_SIZE(correlation_id)
+    cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
+    if tlen > 0xFFFF or klen > 0xFFFF or clen > 0xFFFF:
+        raise ValueError("topic, SOW key and correlation id must each be at most 65535 bytes")
+    if mlen > 0xFF:
+        raise ValueError("message type name must be at most 255 bytes")
+    cdef Py_ssize_t length = HEADER_SIZE + tlen + klen + mlen + clen + dlen
+    if length > MAX_RECORD_SIZE:
+        raise ValueError(f"record of {length} bytes exceeds the journal maximum of {MAX_RECORD_SIZE}")
+    out = PyBytes_FromStringAndSize(NULL, length)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    _put32(p, length)
+    _put64(p + 8, <uint64_t>sequence)
+    _put64(p + 16, <uint64_t>timestamp_ns)
+    _put64(p + 24, <uint64_t>publisher_hash)
+    _put64(p + 32, <uint64_t>publisher_seq)
+    p[40] = <uint8_t>(<int>command)
+    p[41] = FORMAT_VERSION
+    _put16(p + 42, tlen)
+    _put16(p + 44, klen)
+    p[46] = <uint8_t>mlen
+    p[47] = 0
+    _put16(p + 48, clen)
+    _put16(p + 50, 0)
+    _put32(p + 52, dlen)
+    _put64(p + 56, <uint64_t>expiration_ns)
+    cdef uint8_t *q = p + HEADER_SIZE
+    memcpy(q, PyBytes_AS_STRING(topic), tlen)
+    q += tlen
+    memcpy(q, PyBytes_AS_STRING(sow_key), klen)
+    q += klen
+    memcpy(q, PyBytes_AS_STRING(message_type), mlen)
+    q += mlen
+    memcpy(q, PyBytes_AS_STRING(correlation_id), clen)
+    q += clen
+    memcpy(q, PyBytes_AS_STRING(data), dlen)
+    cdef uint32_t crc = broker_crc32c_extend(0, p, 4)
+    crc = broker_crc32c_extend(crc, p + 8, length - 8)
+    _put32(p + 4, crc)
+    return out
+
+
+def default_key(bytes domain_prefix, tuple fields, message):
+    """The ``default`` generator's key of ``message`` (:meth:`DefaultKeyGenerator.generate`), or ``None`` when a
+    value is not a plain ``str`` (or has surrogates): then the caller's pure-Python code makes the key (and
+    raises its errors).
+
+    Args:
+        domain_prefix: ``"<len>:<key domain>"`` as UTF-8.
+        fields: The ``<Key>`` field paths.
+        message: The parsed message (its ``get``).
+    """
+    cdef list values = []
+    cdef Py_ssize_t total = PyBytes_GET_SIZE(domain_prefix), size
+    cdef const char *utf8
+    get = message.get
+    for field in fields:
+        value = get(field)
+        if type(value) is not str:
+            return None
+        try:
+            PyUnicode_AsUTF8AndSize(value, &size)
+        except UnicodeEncodeError:
+            return None
+        values.append(value)
+        total += size + 21  # "<len>:" is at most 20 digits and a colon
+    cdef char stack[512]
+    cdef char *buf = stack
+    if total > 512:
+        buf = <char *>malloc(total)
+        if buf == NULL:
+            raise MemoryError()
+    cdef Py_ssize_t at = PyBytes_GET_SIZE(domain_prefix)
+    memcpy(buf, PyBytes_AS_STRING(domain_prefix), at)
+    for value in values:
+        utf8 = PyUnicode_AsUTF8AndSize(value, &size)
+        at += snprintf(buf + at, 22, "%zd:", PyUnicode_GET_LENGTH(value))
+        memcpy(buf + at, utf8, size)
+        at += size
+    cdef uint64_t digest = broker_blake2b64(<const uint8_t *>buf, at)
+    if buf != stack:
+        free(buf)
+    return str(digest)

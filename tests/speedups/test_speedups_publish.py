@@ -1,0 +1,112 @@
+"""broker/speedups/publish.pyx against the pure-Python code it is the twin of: the same results and the same
+errors on arbitrary input, malformed input included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import google_crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import broker_plugins.keygen.default as default_keygen
+from broker import speedups
+from broker.sow.keys import KeySpec
+from broker.testing import DictMessage
+from broker.txlog import records
+
+publish = speedups.load("publish")
+pytestmark = pytest.mark.skipif(publish is None, reason="broker.speedups.publish is not built")
+
+U64 = st.integers(min_value=0, max_value=2**64 - 1)
+#: Integers in and out of the unsigned 64-bit range, and things that are not integers at all.
+ANY_INT = st.one_of(U64, st.integers(min_value=-(2**70), max_value=2**70), st.booleans(), st.floats(),
+                    st.none(), st.text(max_size=3))
+SMALL_BYTES = st.binary(max_size=300)
+COMMANDS = frozenset(int(c) for c in records.Command)
+#: Byte fields: bytes (sometimes past the 16-bit and 8-bit limits), other buffers, and text.
+ANY_BYTES = st.one_of(SMALL_BYTES, st.binary(min_size=256, max_size=300), st.builds(bytearray, SMALL_BYTES),
+                      st.builds(memoryview, SMALL_BYTES), st.text(max_size=5), st.none())
+
+
+def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    """What ``fn(*args)`` returns, or the type and text of what it raises."""
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:  # noqa: BLE001 - compared, not handled
+        return type(exc).__name__, str(exc)
+
+
+@given(seq=U64, ts=U64, command=st.integers(0, 255), topic=SMALL_BYTES, data=st.binary(max_size=2000),
+       key=SMALL_BYTES, ph=U64, ps=U64, mt=st.binary(max_size=20), cid=SMALL_BYTES, exp=U64)
+def test_a_journal_record_encodes_to_the_same_bytes(seq: int, ts: int, command: int, topic: bytes, data: bytes,
+                                                     key: bytes, ph: int, ps: int, mt: bytes, cid: bytes,
+                                                     exp: int) -> None:
+    args = (seq, ts, command, topic, data, key, ph, ps, mt, cid, exp)
+    raw = publish.encode_fields(*args)
+    assert raw == records._encode_fields_python(*args)
+    # A record the reader accepts (a known command, text fields that are text) reads back.
+    if command in COMMANDS and topic.isascii() and key.isascii() and mt.isascii() and cid.isascii():
+        decoded, end = records.decode(raw)
+        assert (decoded.sequence, decoded.topic, decoded.data, end) == (seq, topic.decode(), data, len(raw))
+
+
+@settings(max_examples=300)
+@given(seq=ANY_INT, ts=ANY_INT, command=st.one_of(st.integers(-2, 300), ANY_INT), topic=ANY_BYTES,
+       data=ANY_BYTES, key=ANY_BYTES, ph=ANY_INT, ps=ANY_INT, mt=ANY_BYTES, cid=ANY_BYTES, exp=ANY_INT)
+def test_malformed_journal_fields_fail_the_same_way(seq: Any, ts: Any, command: Any, topic: Any, data: Any,
+                                                    key: Any, ph: Any, ps: Any, mt: Any, cid: Any,
+                                                    exp: Any) -> None:
+    args = (seq, ts, command, topic, data, key, ph, ps, mt, cid, exp)
+    assert outcome(publish.encode_fields, *args) == outcome(records._encode_fields_python, *args)
+
+
+def test_field_length_limits_fail_the_same_way() -> None:
+    base = [1, 2, 1, b"t", b"{}", b"k", 3, 4, b"json", b"", 0]
+    for position, value in ((3, b"t" * 65536), (5, b"k" * 65536), (9, b"c" * 65536), (8, b"m" * 256)):
+        args = list(base)
+        args[position] = value
+        compiled, python = outcome(publish.encode_fields, *args), outcome(records._encode_fields_python, *args)
+        assert compiled == python
+        assert compiled[0] == "ValueError"
+
+
+def test_the_writer_uses_the_compiled_encoder() -> None:
+    assert records.encode_fields is publish.encode_fields
+
+
+@given(crc=st.integers(0, 2**32 - 1), data=st.binary(max_size=600))
+def test_crc32c_equals_google_crc32c(crc: int, data: bytes) -> None:
+    assert publish.crc32c_extend(crc, data) == google_crc32c.extend(crc, data)
+
+
+#: Key field values: text (any code point, surrogates included), numbers, booleans, and values that cannot key.
+VALUES = st.one_of(st.text(max_size=200), st.text(max_size=3000), st.integers(), st.floats(), st.booleans(),
+                   st.none(), st.lists(st.integers(), max_size=2), st.binary(max_size=10),
+                   st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
+
+
+@settings(max_examples=300)
+@given(domain=st.text(max_size=300), values=st.lists(VALUES, min_size=1, max_size=4))
+def test_default_keys_are_the_same_compiled_and_in_python(domain: str, values: list[Any]) -> None:
+    fields = tuple(f"/f{i}" for i in range(len(values)))
+    generator = default_keygen.DefaultKeyGenerator(KeySpec(topic="orders", key_domain=domain or "orders",
+                                                           key_fields=fields))
+    message = DictMessage({f"f{i}": v for i, v in enumerate(values)})
+    assert outcome(generator.generate, message) == outcome(generator._generate_python, message)
+    compiled = publish.default_key(generator._domain, generator._field_tuple, message)
+    if compiled is not None:  # it answers for plain text only, and then with the same key
+        assert all(type(v) is str for v in values)
+        assert compiled == generator._generate_python(message)
+    elif all(type(v) is str for v in values):
+        assert any(0xD800 <= ord(c) <= 0xDFFF for v in values for c in v)  # only surrogates go to Python
+
+
+def test_default_keys_of_missing_fields_fail_the_same_way() -> None:
+    generator = default_keygen.DefaultKeyGenerator(KeySpec(topic="orders", key_domain="orders",
+                                                           key_fields=("/id", "/region")))
+    message = DictMessage({"id": "1"})
+    compiled = outcome(generator.generate, message)
+    assert compiled == outcome(generator._generate_python, message)
+    assert compiled[0] == "KeyGenerationError"
