@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
+from broker import speedups
 from broker.errors import LocalProtocolError, NotAmpsError, RemoteProtocolError
 from broker.protocol._frames import Frame
 from broker.protocol._header import Buffer, Header, decode_header
@@ -67,6 +68,34 @@ class ConnectionStatistics:
 _HEADER_CACHE_SIZE = 64
 #: A bare ``"s"`` value (a publish store's sequence) in a header's bytes: its digits are group 1.
 _SEQ_FIELD = re.compile(rb'"s":(\d{1,19})(?=[,}])')
+
+
+def _cached_header_python(buf: Buffer, start: int, end: int, headers: dict[bytes, Header]) -> tuple[Header, int] | None:
+    """The header of the frame payload ``buf[start:end]`` and where its body starts, when ``headers`` (a
+    connection's decoded headers by their bytes, see :meth:`Connection._keep_header`) has it: the same bytes
+    up to the first ``}``, or the same but for the digits of a publish store's ``"s"`` (a copy with this
+    ``seq``). ``None``: not remembered, decode it.
+    """
+    close = buf.find(b"}", start, end)
+    key = buf[start : close + 1] if close > 0 else b""
+    if type(key) is not bytes:
+        key = bytes(key)
+    cached = headers.get(key)
+    if cached is not None:
+        return cached, close + 1
+    # A publish-store publish differs from the previous one only in the digits of its "s": look its header up
+    # without them (a copy of the cached one with this seq).
+    seq_at = _SEQ_FIELD.search(key) if b"\\" not in key else None
+    if seq_at is not None and (cached := headers.get(key[:seq_at.start(1)] + key[seq_at.end(1):])) is not None:
+        fields = dict(cached.__dict__)
+        fields["seq"] = int(seq_at[1])
+        return Header._from_dict(fields), close + 1
+    return None
+
+
+_compiled = speedups.load("publish")
+#: The compiled twin (:func:`broker.speedups.publish.cached_header`) when built.
+_cached_header = _compiled.cached_header if _compiled is not None else _cached_header_python
 
 
 class Connection:
@@ -198,32 +227,21 @@ class Connection:
                 self._fail(f"peer closed the connection inside a frame ({avail - 4} of {size} payload bytes)")
             return NEED_DATA
         start = pos + 4
-        close = buf.find(b"}", start, end)
-        key = buf[start : close + 1] if close > 0 else b""
-        if type(key) is not bytes:
-            key = bytes(key)
-        headers = self._headers
-        cached = headers.get(key)
+        cached = _cached_header(buf, start, end, self._headers)
         if cached is not None:
-            header, body_start = cached, close + 1
+            header, body_start = cached
         else:
-            # A publish-store publish differs from the previous one only in the digits of its "s": look its
-            # header up without them (a copy of the cached one with this seq).
-            seq_at = _SEQ_FIELD.search(key) if b"\\" not in key else None
-            if seq_at is not None and (cached := headers.get(key[:seq_at.start(1)] + key[seq_at.end(1):])) is not None:
-                fields = dict(cached.__dict__)
-                fields["seq"] = int(seq_at[1])
-                header, body_start = Header._from_dict(fields), close + 1
-            else:
-                try:
-                    header, body_start = decode_header(buf, start, end)
-                except RemoteProtocolError as exc:
-                    self._error = exc
-                    raise
-                # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
-                # decode_header's own fast path argues), and none carrying a per-command field but "s".
-                if body_start == close + 1 and header.get("cmd_id") is None:
-                    self._keep_header(key, header, seq_at)
+            try:
+                header, body_start = decode_header(buf, start, end)
+            except RemoteProtocolError as exc:
+                self._error = exc
+                raise
+            close = buf.find(b"}", start, end)
+            # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
+            # decode_header's own fast path argues), and none carrying a per-command field but "s".
+            if body_start == close + 1 and header.get("cmd_id") is None:
+                key = bytes(buf[start:body_start])
+                self._keep_header(key, header, _SEQ_FIELD.search(key) if b"\\" not in key else None)
         body = buf[body_start:end]
         if type(body) is not bytes:
             body = bytes(body)

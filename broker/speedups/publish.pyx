@@ -9,12 +9,13 @@ Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` val
 to the pure-Python code, so both give the same results and the same errors on every input.
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.stdio cimport snprintf
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
@@ -264,3 +265,61 @@ def default_key(bytes domain_prefix, tuple fields, message):
     if buf != stack:
         free(buf)
     return str(digest)
+
+
+cdef object _from_dict = None
+
+
+def cached_header(buf, Py_ssize_t start, Py_ssize_t end, dict headers):
+    """:func:`broker.protocol._connection._cached_header_python`, compiled: the remembered header of the frame
+    payload ``buf[start:end]`` and where its body starts, or ``None``."""
+    global _from_dict
+    cdef const char *data
+    if type(buf) is bytes:
+        data = PyBytes_AS_STRING(buf)
+    elif type(buf) is bytearray:
+        data = PyByteArray_AS_STRING(buf)
+    else:
+        from broker.protocol._connection import _cached_header_python
+        return _cached_header_python(buf, start, end, headers)
+    cdef Py_ssize_t size = len(buf)
+    if end > size:
+        end = size
+    if start < 0 or start >= end:
+        from broker.protocol._connection import _cached_header_python
+        return _cached_header_python(buf, start, end, headers)
+    cdef const char *close_at = <const char *>memchr(data + start, ord("}"), end - start)
+    cdef Py_ssize_t close = -1 if close_at == NULL else close_at - data
+    if close <= 0:  # as buf.find's -1 (or 0) makes the Python code look up b""
+        cached = headers.get(b"")
+        return None if cached is None else (cached, close + 1)
+    cdef Py_ssize_t klen = close + 1 - start
+    key = PyBytes_FromStringAndSize(data + start, klen)
+    cached = headers.get(key)
+    if cached is not None:
+        return cached, close + 1
+    cdef const char *k = PyBytes_AS_STRING(key)
+    if memchr(k, ord("\\"), klen) != NULL:
+        return None
+    # The first '"s":' followed by 1 to 19 digits and then ',' or '}' (the regex _SEQ_FIELD).
+    cdef Py_ssize_t i = 0, j, digits
+    cdef uint64_t seq
+    while i + 4 <= klen:
+        if k[i] == b'"' and k[i + 1] == b's' and k[i + 2] == b'"' and k[i + 3] == b':':
+            j = i + 4
+            seq = 0
+            while j < klen and b'0' <= k[j] <= b'9':
+                j += 1
+            digits = j - (i + 4)
+            if 1 <= digits <= 19 and j < klen and (k[j] == b',' or k[j] == b'}'):
+                cached = headers.get(PyBytes_FromStringAndSize(k, i + 4) + PyBytes_FromStringAndSize(k + j, klen - j))
+                if cached is None:
+                    return None
+                fields = dict(cached.__dict__)
+                fields["seq"] = int(PyBytes_FromStringAndSize(k + i + 4, digits))
+                if _from_dict is None:
+                    from broker.protocol._header import Header
+                    _from_dict = Header._from_dict
+                return _from_dict(fields), close + 1
+        i += 1
+    return None

@@ -110,3 +110,57 @@ def test_default_keys_of_missing_fields_fail_the_same_way() -> None:
     compiled = outcome(generator.generate, message)
     assert compiled == outcome(generator._generate_python, message)
     assert compiled[0] == "KeyGenerationError"
+
+
+def _header_outcome(fn: Any, buf: Any, start: int, end: int, headers: dict[bytes, Any]) -> Any:
+    kind, value = outcome(fn, buf, start, end, headers)
+    if kind != "ok" or value is None:
+        return kind, value
+    header, body_start = value
+    return kind, header.fields(), dict(header.extra), body_start
+
+
+#: Headers a publisher sends, as the connection remembers them (see Connection._keep_header).
+REMEMBERED = [b'{"c":"p","t":"orders","a":"persisted","s":', b'{"c":"p","t":"x"}', b'{"c":"publish","s":',
+              b'{"t":"o","s":,"c":"p"}', b'{"c":"p","s":"s":']
+
+
+def _remembered() -> dict[bytes, Any]:
+    from broker.protocol._header import decode_header
+
+    headers = {}
+    for text in REMEMBERED:
+        full = text.replace(b'"s":', b'"s":7', 1) + (b"}" if not text.endswith(b"}") else b"")
+        try:
+            header, _ = decode_header(full)
+        except Exception:  # noqa: BLE001 - a malformed one is remembered under its bytes anyway
+            header, _ = decode_header(b'{"c":"p"}')
+        headers[text + (b"}" if not text.endswith(b"}") else b"")] = header
+    return headers
+
+
+@settings(max_examples=500)
+@given(prefix=st.binary(max_size=8), shape=st.sampled_from(REMEMBERED), digits=st.text("0123456789", max_size=22),
+       tail=st.sampled_from([b"}", b",", b"", b'"}', b"\\}", b"x}"]), body=st.binary(max_size=30),
+       cut=st.integers(-3, 80), kind=st.sampled_from([bytes, bytearray, memoryview]))
+def test_a_remembered_header_is_found_the_same_way(prefix: bytes, shape: bytes, digits: str, tail: bytes,
+                                                   body: bytes, cut: int, kind: type) -> None:
+    from broker.protocol._connection import _cached_header_python
+
+    headers = _remembered()
+    raw = prefix + shape.replace(b'"s":', b'"s":' + digits.encode(), 1) + tail + body
+    start = len(prefix)
+    for end in (len(raw), max(cut, 0), len(raw) + 5):
+        for s in (start, cut, 0):
+            buf = kind(raw)
+            assert (_header_outcome(publish.cached_header, buf, s, end, headers)
+                    == _header_outcome(_cached_header_python, buf, s, end, headers))
+
+
+@given(raw=st.binary(max_size=60), start=st.integers(-2, 62), end=st.integers(-2, 64))
+def test_arbitrary_bytes_find_the_same_remembered_header(raw: bytes, start: int, end: int) -> None:
+    from broker.protocol._connection import _cached_header_python
+
+    headers = {**_remembered(), b"": _remembered()[b'{"c":"p","t":"x"}']}
+    assert (_header_outcome(publish.cached_header, raw, start, end, headers)
+            == _header_outcome(_cached_header_python, raw, start, end, headers))
