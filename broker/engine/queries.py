@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from broker import speedups
 from broker.engine.acks import requested_acks
 from broker.engine.aggregate import AggregatePlan, aggregation_of
 from broker.engine.topics import TopicPattern
@@ -177,8 +178,21 @@ class QueryPlan:
             test = object_match(fields.names) if cursor is not None and object_match is not None else None
             keys = self.keys if self.keys is not None else part.keys
             stored = topic.stored(part.snapshot, keys)
+            runs = iter(lambda: list(islice(stored, PAUSE_EVERY)), [])  # noqa: B023 - consumed at once
+            if test is not None and sort_key is None:
+                # The filtered scan of a JSON topic: each run tested in one call (compiled when built).
+                def undecided(data: bytes, doc: Any, cursor: Any = cursor) -> bool:
+                    cursor._data, cursor._doc = data, doc
+                    return predicate(cursor)
+
+                for run in runs:
+                    yield PAUSE
+                    found = match_run(run, topic, test, undecided, now_ns, loads, bad_json, _NONE, unpack)
+                    self.matched += len(found)
+                    yield from found
+                continue
             # Runs of PAUSE_EVERY records, each read by islice in C: no per-record counting for the pauses.
-            for run in iter(lambda: list(islice(stored, PAUSE_EVERY)), []):  # noqa: B023 - consumed at once
+            for run in runs:
                 yield PAUSE
                 for key, value in run:
                     _ts, _seq, expire_at, lbm, lx = unpack(value)
@@ -274,6 +288,36 @@ class QueryPlan:
             yield PAUSE
         del held
         return ((t, k, v, None) for _s, _i, t, k, v in heapq.merge(*runs))
+
+
+def _match_run(run: list[tuple[bytes, bytes]], topic: SowTopic, test: Callable[[dict[str, Any]], bool],
+               undecided: Callable[[bytes, Any], bool], now_ns: int, loads: Callable[[bytes], Any],
+               bad_json: type[Exception], none: Any, unpack: Callable[[bytes], tuple[int, ...]]) -> list[Row]:
+    """The rows ``(topic, key, value, None)`` of one run of a scan (``(key, stored value)`` pairs) whose record
+    is not expired at ``now_ns`` (0: no expiry) and passes the filter: ``test(doc)`` when the data decodes
+    (``loads``) to an object, else ``undecided(data, doc)`` (``doc`` is ``none`` when ``loads`` raised
+    ``bad_json``). The innermost loop of a filtered JSON query; ``broker/speedups/scanrun.pyx`` is its
+    compiled twin, which makes the same calls in the same order.
+    """
+    head = RECORD_HEAD.size
+    out: list[Row] = []
+    for key, value in run:
+        _ts, _seq, expire_at, lbm, lx = unpack(value)
+        if now_ns and expire_at and expire_at <= now_ns:
+            continue
+        data = value[head + lbm + lx:]
+        try:
+            doc = loads(data)
+        except bad_json:
+            doc = none
+        if test(doc) if doc.__class__ is dict else undecided(data, doc):
+            out.append((topic, key, value, None))
+    return out
+
+
+_scanrun = speedups.load("scanrun")
+#: One run of a filtered JSON scan: the compiled twin when built, else :func:`_match_run`.
+match_run = _scanrun.match_run if _scanrun is not None else _match_run
 
 
 class JsonFields:
