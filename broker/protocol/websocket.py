@@ -46,6 +46,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError as WsLocalProtocolError
 from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
+from broker import speedups
 from broker.errors import RemoteProtocolError
 from broker.protocol._header import decode_header
 
@@ -280,36 +281,20 @@ class WebSocketAmps:
             frames = self._pending + frames
             self._pending = b""
         out: list[bytes] = []
-        append = out.append
         text = self.text_data is not False
-        data_opcode = 0x81 if text else 0x82
         pos, total = 0, len(frames)
-        unpack, find, count, startswith = _LEN.unpack_from, frames.find, frames.count, frames.startswith
         while pos + 4 <= total:
-            (size,) = unpack(frames, pos)
+            # The hot path, deliveries: {"c":"p",...} with data, a header with no backslash and "s" not last.
+            run, pos = _deliveries(frames, pos, text)
+            if run:
+                out.append(run)
+            if pos + 4 > total:
+                break
+            (size,) = _LEN.unpack_from(frames, pos)
             start, end = pos + 4, pos + 4 + size
             if end > total:
                 break
             pos = end
-            # The hot path, a delivery: {"c":"p",...} with data, a header with no backslash and "s" not last.
-            close = find(b"}", start, end)
-            if (startswith(b'{"c":"p",', start) and 0 < close < end - 1 and find(b"\\", start, close) < 0
-                    and not count(b'"', start, close) & 1 and find(b'"s":', start, close) < 0):
-                n = close + 1 - start
-                append(_HEAD7(0x81, n) if n < 126 else _HEAD16(0x81, 126, n) if n < 65536 else _HEAD64(0x81, 127, n))
-                append(frames[start:close + 1])
-                body = frames[close + 1:end]
-                opcode = data_opcode
-                if text:
-                    try:
-                        body.decode()
-                    except UnicodeDecodeError:
-                        opcode = 0x82
-                n = end - close - 1
-                append(_HEAD7(opcode, n) if n < 126 else _HEAD16(opcode, 126, n) if n < 65536
-                       else _HEAD64(opcode, 127, n))
-                append(body)
-                continue
             self._encode_frame(frames, start, end, text, out)
         if pos < total:
             self._pending = frames[pos:]
@@ -338,6 +323,50 @@ class WebSocketAmps:
             return
         out.append(encode_ws_frame(_s_not_last(header), True))
         out.append(_data_frame(buf[cut:end], text))
+
+
+def _deliveries_python(frames: bytes, pos: int, text: bool) -> tuple[bytes, int]:
+    """The WebSocket bytes of the deliveries at ``pos`` in ``frames`` (AMPS TCP frames), up to the first frame
+    that is not one or is incomplete; returns ``(bytes, position of that frame)``.
+
+    A delivery here is a ``{"c":"p",...}`` header with data after it, no backslash before the header's first
+    ``}`` (so that ``}`` ends it), and no ``"s":`` in it (see the module docstring): the header goes out as one
+    text message and the data as one message (text when ``text`` and the data is UTF-8, else binary). The
+    twin of ``broker.speedups.wsframes.deliveries``.
+    """
+    out: list[bytes] = []
+    append = out.append
+    data_opcode = 0x81 if text else 0x82
+    total = len(frames)
+    unpack, find, count, startswith = _LEN.unpack_from, frames.find, frames.count, frames.startswith
+    while pos + 4 <= total:
+        (size,) = unpack(frames, pos)
+        start, end = pos + 4, pos + 4 + size
+        if end > total:
+            break
+        close = find(b"}", start, end)
+        if not (startswith(b'{"c":"p",', start) and 0 < close < end - 1 and find(b"\\", start, close) < 0
+                and not count(b'"', start, close) & 1 and find(b'"s":', start, close) < 0):
+            break
+        pos = end
+        n = close + 1 - start
+        append(_HEAD7(0x81, n) if n < 126 else _HEAD16(0x81, 126, n) if n < 65536 else _HEAD64(0x81, 127, n))
+        append(frames[start:close + 1])
+        body = frames[close + 1:end]
+        opcode = data_opcode
+        if text:
+            try:
+                body.decode()
+            except UnicodeDecodeError:
+                opcode = 0x82
+        n = end - close - 1
+        append(_HEAD7(opcode, n) if n < 126 else _HEAD16(opcode, 126, n) if n < 65536 else _HEAD64(opcode, 127, n))
+        append(body)
+    return b"".join(out), pos
+
+
+_compiled = speedups.load("wsframes")
+_deliveries = _compiled.deliveries if _compiled is not None else _deliveries_python
 
 
 def _data_frame(data: bytes, text: bool) -> bytes:
