@@ -50,8 +50,10 @@ def amps_fanout(uri: str, topic: str, clients: int, expected: int, timeout: floa
             opened.append(c)
             c.subscribe(handler_for(i), topic, timeout=10_000)
         conn.send(("ready", clients))
+        cpu0 = time.process_time()
         all_done.wait(timeout)
-        conn.send(("done", {"counts": counts, "last_ns": last_ns,
+        cpu_s = time.process_time() - cpu0  # this subscriber process's CPU: whether it is the limit
+        conn.send(("done", {"counts": counts, "last_ns": last_ns, "cpu_s": cpu_s,
                             "latencies": [x for lat in latencies for x in lat]}))
     except Exception:  # noqa: BLE001 - reported to the parent, which records the error
         conn.send(("error", traceback.format_exc()[-1500:]))
@@ -187,9 +189,10 @@ def nats_fanout(port: int, subject: str, clients: int, expected: int, timeout: f
                 await nc.subscribe(subject, cb=cb_for(i), pending_msgs_limit=-1, pending_bytes_limit=-1)
                 await nc.flush()
             conn.send(("ready", clients))
+            cpu0 = time.process_time()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), timeout)
-            return {"counts": counts, "last_ns": last_ns, "latencies": latencies}
+            return {"counts": counts, "last_ns": last_ns, "latencies": latencies, "cpu_s": time.process_time() - cpu0}
         finally:
             for nc in ncs:
                 await nc.close()

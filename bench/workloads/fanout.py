@@ -56,9 +56,13 @@ def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dic
     complete = all(c == m for c in counts)
     lat = Latency.from_ns([x for r in results for x in r["latencies"]])
     value = delivered / ((last - t0_ns) / 1e9) if complete and last > t0_ns else None
+    # Who is the limit: the broker's CPU per delivery, and each subscriber process's CPU over the run.
+    cpu = {"subscriber_cpu_s": [round(r["cpu_s"], 3) for r in results if r.get("cpu_s") is not None]}
+    if usage.cpu_s is not None and delivered:
+        cpu["broker_cpu_us_per_delivery"] = round(usage.cpu_s / delivered * 1e6, 2)
     return Figure(system, value, "msg/s", latency=lat, cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
                   note="" if complete else f"incomplete: {delivered}/{m * subscribers} delivered",
-                  detail={"delivered": delivered, "expected": m * subscribers, **detail})
+                  detail={"delivered": delivered, "expected": m * subscribers, **cpu, **detail})
 
 
 def broker_fanout(ctx: Context, subscribers: int, *, uri: str | None = None, system: str = "broker") -> Figure:
