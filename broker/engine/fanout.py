@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.engine.router import HeldMessage, Router, Subscription
 from broker.errors import BrokerError
-from broker.protocol import DeliveryBatch
+from broker.protocol import DeliveryBatch, DeliveryTemplate
 
 if TYPE_CHECKING:
     from broker.engine.counters import EngineCounters
@@ -36,6 +36,9 @@ class Client(Protocol):
     def send_batch(self, batch: DeliveryBatch, sids: str) -> None:
         """Deliver every message of ``batch`` whole to this client's subscriptions ``sids``, in order."""
 
+    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
+        """Deliver each ``(message, sids)`` whole, in order (a run's messages that reached the client)."""
+
 
 class OneByOne:
     """For a client that takes deliveries one message at a time (test doubles, tools): its :meth:`send_batch`
@@ -45,6 +48,12 @@ class OneByOne:
         """Each message of ``batch``, in order, to ``send_publish``."""
         for body, bm, k, x in batch.messages:
             self.send_publish(batch.topic, sids, body, bm, k, x)  # type: ignore[attr-defined]
+
+    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
+        """Each message, in order, to ``send_publish``."""
+        for template, sids in deliveries:
+            topic, body, bm, k, x = template.message
+            self.send_publish(topic, sids, body, bm, k, x)  # type: ignore[attr-defined]
 
 
 class FanOut:
@@ -78,6 +87,11 @@ class FanOut:
             self.counters.messages_delivered += delivered
             self._count_topic(topic, len(run), delivered)
             return
+        # Per message, but each client's whole messages are queued in one step at the end of the run (or
+        # before anything else goes to that client): none when windows or expiries also send.
+        pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None
+        if windows is None and all(one.expired is None for one in run):
+            pending = {}
         delivered = clients = 0
         for one in run:
             results[one.index] = one.sequence
@@ -91,7 +105,7 @@ class FanOut:
                 clients += len(plain)
             elif candidates:
                 d, c = self._fan_out(candidates, topic, one.body, one.msg, one.bm, one.key, one.x or None,
-                                     one.previous, sow)
+                                     one.previous, sow, pending)
                 delivered += d
                 clients += c
             if windows is not None:
@@ -99,15 +113,20 @@ class FanOut:
                                           self.counters.oof)
                 delivered += paged
                 clients += paged
+        if pending:
+            for client, deliveries in pending.items():
+                client.send_templates(deliveries)
         if clients and self.latency is not None:  # one clock read per run: every client was served just now
             self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
         self.counters.messages_delivered += delivered
         self._count_topic(topic, len(run), delivered)
 
     def _fan_out(self, candidates: tuple[Subscription, ...], topic: str, body: bytes, msg: Any, bm: str | None,
-                 key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None) -> tuple[int, int]:
+                 key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None,
+                 pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None) -> tuple[int, int]:
         """Deliver one message to the subscriptions among ``candidates`` it reaches; returns (messages
-        delivered, clients served)."""
+        delivered, clients served). With ``pending``, whole messages are added to it (the caller sends each
+        client's at once) and a client's pending ones go out before an oof or a delta to it."""
         # client -> its sub_ids the message goes to whole: the usual case, one publish per client.
         pubs: dict[Client, list[str]] = {}
         # client -> the sub_ids it gets an oof or a delta on: only clients some subscription sends one to.
@@ -154,11 +173,23 @@ class FanOut:
                     sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x, "match"))
                     continue
                 _other_sids(others, sub.client).oofs.append(sub.sub_id)
-        for client, sids in pubs.items():
-            client.send_publish(topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
+        if pending is None:
+            for client, sids in pubs.items():
+                client.send_publish(topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
+        elif pubs:
+            template = DeliveryTemplate("p", topic, body, bm=bm or None, k=key or None, x=x or None)
+            for client, sids in pubs.items():
+                queued = pending.get(client)
+                delivery = (template, sids[0] if len(sids) == 1 else ",".join(sids))
+                if queued is None:
+                    pending[client] = [delivery]
+                else:
+                    queued.append(delivery)
         delivered = clients = len(pubs)
         if others:
             for client, other in others.items():
+                if pending and client in pending:  # in order: its earlier messages first
+                    client.send_templates(pending.pop(client))
                 if other.deltas:
                     assert sow is not None and previous is not None
                     diff = sow.message_type.diff(previous.data, body, sow.key_fields)

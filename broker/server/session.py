@@ -181,6 +181,12 @@ class Session(PublishBatch):
         self.messages_out += len(batch)
         self.emit(batch.frames(sids))
 
+    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
+        """Deliver each ``(message, sids)`` whole, in order, queued in one step (the messages of a run that
+        reached this client through per-message decisions: filters)."""
+        self.messages_out += len(deliveries)
+        self.emit(b"".join([template.frame(sids) for template, sids in deliveries]))
+
     def _oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
         """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out
         without the data and with reason ``entitlement`` (AMPS's), so the state it may not see never leaks."""

@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import AMPS
 import pytest
@@ -72,6 +73,44 @@ def test_every_subscriber_gets_every_message_in_order(tmp_path: Path, pure: bool
         assert [i for i, _ in items][N:] == list(range(N // 10))
         assert [i for i, _ in c1.wait(N // 20)] == list(range(1, N // 10, 2))
         assert [i for i, _ in d1.wait(N // 10)] == list(range(N // 10))
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log()
+
+
+ORDERS = """
+<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
+"""
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure-python"])
+@pytest.mark.timeout(180)
+def test_filtered_messages_and_oofs_of_one_run_keep_their_order(tmp_path: Path, pure: bool,
+                                                               client_factory: Callable[..., AMPS.Client],
+                                                               make_collector: Callable[[], Any]) -> None:
+    """A burst of updates moves records in and out of a filter: the subscriber gets each message and each
+    out-of-focus notice in publish order (the run's messages are queued per client, oofs go out in between)."""
+    broker = BrokerProcess.from_xml(tmp_path, sow=ORDERS).start(env={speedups.PURE_PYTHON_ENV: "1" if pure else "0"})
+    try:
+        watcher, everything = make_collector(), make_collector()
+        sub = client_factory(broker.uri, "orders-open")
+        sub.sow_and_subscribe(watcher, "orders", filter="/state = 'open'", oof_enabled=True, timeout=5000)
+        assert watcher.wait_for(1, command="group_end")
+        client_factory(broker.uri, "orders-all").subscribe(everything, "orders", timeout=5000)
+        pub = client_factory(broker.uri, "orders-pub")
+        expected, last = [], {}
+        for n in range(600):
+            key, state = n % 7, "open" if (n * 7919) % 3 else "closed"
+            pub.publish("orders", json.dumps({"id": key, "n": n, "state": state}))
+            if state == "open":
+                expected.append(("publish", n))
+            elif last.get(key) == "open":
+                expected.append(("oof", n))
+            last[key] = state
+        pub.publish_flush(30_000)
+        assert [json.loads(m["data"])["n"] for m in everything.wait_for(600, command="publish")] == list(range(600))
+        live = [m for m in watcher.wait_for(len(expected) + 1) if m["command"] in ("publish", "oof")]
+        assert [(m["command"], json.loads(m["data"])["n"]) for m in live] == expected
     finally:
         broker.stop()
     assert "Traceback" not in broker.log()
