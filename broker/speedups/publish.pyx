@@ -226,8 +226,8 @@ def encode_fields(sequence, timestamp_ns, command, topic, data, sow_key, publish
 
 def default_key(bytes domain_prefix, tuple fields, message):
     """The ``default`` generator's key of ``message`` (:meth:`DefaultKeyGenerator.generate`), or ``None`` when a
-    value is not a plain ``str`` (or has surrogates): then the caller's pure-Python code makes the key (and
-    raises its errors).
+    value is not a ``str`` (without surrogates), ``int`` or ``bool``: then the caller's pure-Python code makes the
+    key (and raises its errors).
 
     Args:
         domain_prefix: ``"<len>:<key domain>"`` as UTF-8.
@@ -241,7 +241,12 @@ def default_key(bytes domain_prefix, tuple fields, message):
     for field in fields:
         value = get(field)
         if type(value) is not str:
-            return None
+            if type(value) is int:
+                value = str(value)  # canonical_text: an integer's JSON text
+            elif type(value) is bool:
+                value = "true" if value else "false"
+            else:
+                return None
         try:
             PyUnicode_AsUTF8AndSize(value, &size)
         except UnicodeEncodeError:
