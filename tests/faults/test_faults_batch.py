@@ -31,8 +31,12 @@ def test_kill_mid_batch_loses_nothing_persisted(point: str, tmp_path: Path) -> N
                       "BROKER_FAULT_MIN_MESSAGES": str(MIN_BATCH)})
     try:
         live = LiveSubscriber(broker.uri, "live")
-        acks = Publisher(broker.uri, "a", keys=50, batch=300, pause=0.02, limit=100_000).start()
-        store = Publisher(broker.uri, "s", keys=50, batch=300, pause=0.02, limit=100_000, store=True).start()
+        # Both connected before either sends: the kill comes at the 2001st message, and with a fast publish path
+        # (the compiled pass) one publisher alone could reach it before the other had connected.
+        acks = Publisher(broker.uri, "a", keys=50, batch=300, pause=0.02, limit=100_000)
+        store = Publisher(broker.uri, "s", keys=50, batch=300, pause=0.02, limit=100_000, store=True)
+        acks.start()
+        store.start()
         code = broker.wait_exit(60)
         acks.stop()
         store.stop()
