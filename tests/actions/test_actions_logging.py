@@ -153,7 +153,7 @@ def test_broker_serve_logs_to_the_configured_file(tmp_path: Path) -> None:
         <FileName>logs/%Y/broker-%n.log</FileName><Level>info</Level></Target></Logging>""").start()
     try:
         (path,) = (tmp_path / "logs").glob("*/broker-00000.log")  # the %Y directory was created
-        _wait_for_text(path, "ready (instance test-broker)")
+        _wait_for_text(path, "ready (instance test-broker;")
         assert "] info: broker: broker " in path.read_text()
     finally:
         assert proc.stop() == 0
@@ -171,7 +171,7 @@ def test_rotate_logs_on_a_signal_opens_the_next_file(tmp_path: Path) -> None:
         </Action></Actions>""").start()
     first, second = tmp_path / "logs" / "broker-00000.log", tmp_path / "logs" / "broker-00001.log"
     try:
-        _wait_for_text(first, "ready (instance test-broker)")
+        _wait_for_text(first, "ready (instance test-broker;")
         assert proc.proc is not None
         proc.proc.send_signal(signal.SIGUSR1)
         _wait_for_text(second, "rotated")
