@@ -64,6 +64,37 @@ def publish_all(client: Any, topic: str, docs: Iterable[str], timeout_s: float) 
     return time.perf_counter() - t0
 
 
+def flush(client: Any, timeout_s: float) -> None:
+    """Wait until the broker has processed everything this client sent before: a ``flush`` command and its
+    processed ack, one round trip.
+
+    The official client's own ``flush()`` / ``publish_flush()`` (without a publish store) take at least 10 ms
+    whatever the server does: against a server that answers at once they return after 10.1-10.2 ms, even with
+    a 1 ms timeout, while the same command sent with ``execute_async`` has its ack handler called 0.08 ms after
+    sending. A workload that flushes every 1,000 messages would measure that wait (10 µs per message) instead
+    of the broker, so this sends the command itself and waits on the ack handler.
+
+    Raises:
+        TimeoutError: no ack within ``timeout_s``.
+        RuntimeError: the flush failed.
+    """
+    import AMPS
+
+    done = threading.Event()
+    status: list[str] = []
+
+    def on_ack(message: Any) -> None:
+        if message.get_command() == "ack":
+            status.append(message.get_status())
+            done.set()
+
+    client.execute_async(AMPS.Command("flush").set_ack_type("processed"), on_ack)
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"no flush ack within {timeout_s:g}s")
+    if status[0] != "success":
+        raise RuntimeError(f"flush failed: {status[0]}")
+
+
 class Completion:
     """A handler that counts delivered messages and signals the ack that ends a command."""
 
