@@ -6,6 +6,14 @@ read is a C call plus a block lookup, a few microseconds; for a key written a mo
 lookup here. The cache also remembers keys known to be absent (an insert's read), so a key published twice
 in a row is read once.
 
+A cache can also know that it holds *every* record of its topic (:attr:`CachedStorage.complete`): the
+engine held no record when the cache was made, and nothing was evicted or forgotten since (every record
+written since came through :meth:`CachedStorage.write` and is still held). Then a key the cache does not hold
+is absent, and an insert of a new key needs no read of the engine (for LevelDB a point read that visits the
+memtables and the level-0 tables, several microseconds, the largest cost of an insert). The first eviction,
+failed write or :meth:`CachedStorage.clear` ends it for the life of the cache: from then on a miss reads the
+engine again.
+
 Exactness: every write of the topic goes through :meth:`CachedStorage.write`, which updates the cache only
 after the engine's write succeeded (a failed write forgets the keys it touched); queries read snapshots and
 scans, which pass through to the engine. Nothing else writes the engine's records (recovery, expiration,
@@ -51,9 +59,14 @@ class CachedStorage(Storage):
         #: Key -> value (``None``: known to be absent), least recently used first.
         self._lru: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._bytes = 0
-        #: Reads answered from the cache, and reads that went to the engine.
+        #: Reads answered from a held entry, and reads of keys the cache does not hold; of those, the ones answered
+        #: "absent" without reading the engine (while :attr:`complete`).
         self.hits = 0
         self.misses = 0
+        self.absent_known = 0
+        #: Whether the cache holds every record of the engine, so that a key it does not hold is absent (see the
+        #: module docstring): the engine starts empty, and nothing was evicted or forgotten since.
+        self.complete = bool(max_bytes) and _empty(inner)
 
     def __getattr__(self, name: str) -> Any:
         # Only called for attributes this class does not define: the engine's own (path, spec, reopens...).
@@ -66,12 +79,14 @@ class CachedStorage(Storage):
         """Drop the least recently used entries until the cache is within its bound."""
         lru = self._lru
         size = self._bytes
+        self.complete = False  # an evicted record is still the engine's: a miss must read it
         while size > self.max_bytes and lru:
             key, value = lru.popitem(last=False)
             size -= len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
         self._bytes = size
 
     def _forget(self, keys: Iterable[bytes]) -> None:
+        self.complete = False
         lru = self._lru
         for key in keys:
             value = lru.pop(key, _MISS)
@@ -81,22 +96,28 @@ class CachedStorage(Storage):
     def _existing(self, keys: list[bytes]) -> dict[bytes, bool] | None:
         """Whether each key exists, when the cache knows it for all of them (else ``None``)."""
         get = self._lru.get
+        complete = self.complete
         known: dict[bytes, bool] = {}
         for key in keys:
             value = get(key, _MISS)
             if value is _MISS:
-                return None
-            known[key] = value is not None
+                if not complete:
+                    return None
+                known[key] = False
+            else:
+                known[key] = value is not None
         return known
 
     def cached(self, key: bytes) -> bytes | None | Any:
         """The cached value of ``key`` (``None``: known to be absent), or :data:`MISS` when not cached."""
-        return self._lru.get(key, _MISS)
+        value = self._lru.get(key, _MISS)
+        return None if value is _MISS and self.complete else value
 
     def clear(self) -> None:
-        """Forget everything cached."""
+        """Forget everything cached (a miss reads the engine from now on)."""
         self._lru = OrderedDict()
         self._bytes = 0
+        self.complete = False
 
     # -- Storage ------------------------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -108,6 +129,9 @@ class CachedStorage(Storage):
             lru.move_to_end(key)
             return value
         self.misses += 1
+        if self.complete:  # every record is held: this key has none
+            self.absent_known += 1
+            return None
         value = self.inner.get(key)
         if self.max_bytes:
             lru[key] = value
@@ -184,11 +208,24 @@ class CachedStorage(Storage):
         self.inner.close()
 
     def statistics(self) -> dict[str, int]:
-        """The engine's counters plus ``cache_hits`` and ``cache_misses`` (previous-record reads)."""
-        return {**self.inner.statistics(), "cache_hits": self.hits, "cache_misses": self.misses}
+        """The engine's counters plus ``cache_hits``, ``cache_misses`` (previous-record reads) and
+        ``cache_absent_known`` (misses answered without reading the engine)."""
+        return {**self.inner.statistics(), "cache_hits": self.hits, "cache_misses": self.misses,
+                "cache_absent_known": self.absent_known}
 
     def __repr__(self) -> str:
         return f"CachedStorage({self.inner!r}, max_bytes={self.max_bytes})"
+
+
+def _empty(storage: Storage) -> bool:
+    """Whether ``storage`` holds no record (its scan yields nothing)."""
+    records = storage.scan()
+    try:
+        return next(iter(records), None) is None
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
 
 
 #: What :meth:`CachedStorage.cached` returns for a key the cache does not hold.

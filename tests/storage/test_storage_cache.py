@@ -133,11 +133,20 @@ _OPS = st.lists(st.tuples(st.sampled_from(["put", "delete", "get", "batch", "fai
                           st.integers(0, 15), st.binary(max_size=40)), max_size=80)
 
 
+def _assert_complete_is_true(cached: CachedStorage, inner: Storage) -> None:
+    """While the cache says it holds every record, it does: the keys it holds with a value are the engine's."""
+    if cached.complete:
+        held = {k for k, v in cached._lru.items() if v is not None}
+        assert held == {k for k, _v in inner.scan()}
+
+
 @settings(max_examples=150, deadline=None)
-@given(ops=_OPS, bound=st.sampled_from([0, 200, 1_000, 1 << 20]))
-def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]], bound: int) -> None:
+@given(ops=_OPS, bound=st.sampled_from([0, 200, 1_000, 1 << 20]), prefill=st.integers(0, 3))
+def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]], bound: int, prefill: int) -> None:
     inner = MemoryStorage(StorageSpec(topic="t"))
+    inner.write(puts=[(b"k%d" % k, b"before") for k in range(prefill)])  # records the cache never saw
     cached = CachedStorage(inner, max_bytes=bound)
+    assert cached.complete == (bound > 0 and not prefill)
     fail = [False]
     real = inner.write
 
@@ -162,6 +171,7 @@ def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]],
             with pytest.raises(StorageError):
                 cached.write(puts=[(key, b"never")], deletes=[b"k%d" % ((k + 3) % 16)])
         assert cached.get(key) == inner.get(key)
+        _assert_complete_is_true(cached, inner)
     for k in range(16):
         assert cached.get(b"k%d" % k) == inner.get(b"k%d" % k)
     assert cached.count() == inner.count()
@@ -207,3 +217,94 @@ def test_least_recently_used_first_out_within_the_bound() -> None:
     cached.get(b"key-000000")  # now the most recently used
     cached.write(puts=[(b"other-0001", b"v" * 100)])  # evicts the least recently used: key-000001
     assert cached.cached(b"key-000000") is not MISS and cached.cached(b"key-000001") is MISS
+
+
+class CountingReads:
+    """Counts the point reads that reach a storage engine."""
+
+    def __init__(self, inner: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        real = inner.get
+
+        def get(key: bytes) -> bytes | None:
+            self.reads += 1
+            return real(key)
+
+        monkeypatch.setattr(inner, "get", get)
+
+
+def test_a_miss_is_trusted_only_while_the_cache_holds_every_record(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An insert into a topic that started empty reads nothing from LevelDB; after a restart (records the cache
+    never saw), an eviction, a failed write or a clear, a miss reads the engine again and finds what it holds."""
+    path = str(tmp_path / "t.sow")
+    inner = LevelDBStorage(StorageSpec(topic="t", path=path))
+    entry = 4 + 100 + ENTRY_OVERHEAD
+    cached = CachedStorage(inner, max_bytes=entry * 20)
+    counting = CountingReads(inner, monkeypatch)
+    assert cached.complete
+    for i in range(10):
+        key = b"k%03d" % i
+        assert cached.get(key) is None
+        cached.write(puts=[(key, b"v" * 100)])
+    cached.write(deletes=[b"k000"])
+    assert cached.get(b"k000") is None and cached.get(b"nope") is None and cached.get(b"k001") == b"v" * 100
+    assert counting.reads == 0 and cached.absent_known == 11 and inner.count() == 9
+    # Past the bound: the evicted records are still LevelDB's, and a miss reads them there.
+    for i in range(10, 30):
+        cached.write(puts=[(b"k%03d" % i, b"w" * 100)])
+    assert not cached.complete
+    assert cached.get(b"k001") == b"v" * 100 and cached.get(b"k000") is None and counting.reads == 2
+    assert inner.count() == 29 == len(list(inner.scan()))
+    cached.close()
+    # A restart: the engine holds records this cache never saw.
+    inner = LevelDBStorage(StorageSpec(topic="t", path=path))
+    cached = CachedStorage(inner)
+    counting = CountingReads(inner, monkeypatch)
+    assert not cached.complete
+    assert cached.get(b"k002") == b"v" * 100 and cached.get(b"k029") == b"w" * 100 and counting.reads == 2
+    cached.close()
+    # A failed write, and a clear, end it too (the keys the write touched are forgotten).
+    for end in ("failed write", "clear"):
+        inner = MemoryStorage(StorageSpec(topic="t"))
+        cached = CachedStorage(inner)
+        cached.write(puts=[(b"a", b"1")])
+        assert cached.complete
+        if end == "clear":
+            cached.clear()
+        else:
+            failing = FailNextWrite(inner, monkeypatch)
+            failing.armed = True
+            with pytest.raises(StorageError):
+                cached.write(puts=[(b"b", b"2")], deletes=[b"a"])
+        counting = CountingReads(inner, monkeypatch)
+        assert not cached.complete and cached.get(b"a") == b"1" and cached.get(b"b") is None
+        assert counting.reads == 2, end
+
+
+def test_a_complete_cache_stays_exact_through_every_sow_path(tmp_path: Path) -> None:
+    """The SOW paths on a topic whose cache holds every record (the engine started empty): upserts, a batch,
+    deletes by key and by filter, expiration, a start-up repair's write; every key reads as LevelDB holds it."""
+    inner = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t.sow")))
+    topic = SowTopic(name="t", message_type=get_message_type("json"), storage=CachedStorage(inner),
+                     key_generator=None, default_expiration=0.0)
+    keys = [f"k{i}" for i in range(12)] + ["new", "fresh"]
+
+    def rec(key: str, v: int, expire_at: int = 0) -> SowRecord:
+        return SowRecord(key, json.dumps({"v": v}).encode(), 1_000 + v, v, expire_at, "", "")
+
+    for i, key in enumerate(keys[:12]):
+        assert topic.get(key) is None
+        topic.upsert(rec(key, i, expire_at=5_000 if i % 3 == 0 else 0), None)
+    topic.upsert_many([rec("k1", 100), rec("new", 101), rec("new", 102)], inserts=1)
+    assert [r.key for r in topic.delete_keys(["k2", "missing"])] == ["k2"]
+    topic.delete_matching(lambda msg: msg.get("/v") in (4, 5))
+    assert sorted(r.key for r in topic.pop_expired(6_000)) == ["k0", "k3", "k6", "k9"]
+    topic.storage.write(puts=[(b"fresh", rec("fresh", 7).encode())], deletes=[b"k11", b"k7"])
+    storage = topic.storage
+    assert isinstance(storage, CachedStorage) and storage.complete
+    for key in keys:
+        assert storage.get(key.encode()) == inner.get(key.encode()), key
+    assert sorted(k for k in keys if topic.get(k) is not None) == ["fresh", "k1", "k10", "k8", "new"]
+    assert topic.count() == inner.count() == len(list(inner.scan())) == 5
+    storage.close()
