@@ -20,7 +20,7 @@ from broker.engine.acks import requested_acks
 from broker.engine.aggregate import AggregatePlan, aggregation_of
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
-from broker.messagetypes import parse_path
+from broker.messagetypes import top_level_name
 from broker.sow.record import RECORD_HEAD, SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic, check_batch_size
@@ -370,13 +370,10 @@ class JsonFields:
             return None
         names: dict[str, str] = {}
         for path in paths:
-            try:
-                steps = parse_path(path)
-            except ValueError:
+            name = top_level_name(path)
+            if name is None:
                 return None
-            if len(steps) != 1 or steps[0].index is not None or steps[0].attribute:
-                return None
-            names[path] = steps[0].name
+            names[path] = name
         if not names:
             return None
         return type("JsonFields", (JsonFields,), {"names": names, "lazy": staticmethod(message_type.lazy),

@@ -15,6 +15,7 @@ from broker.messagetypes._base import (
     MessageType,
     PathStep,
     parse_path,
+    top_level_name,
 )
 from broker.messagetypes._binary import BinaryMessage, BinaryMessageType
 from broker.messagetypes._json import JsonMessage, JsonMessageType
@@ -39,4 +40,5 @@ __all__ = [
     "get_message_type",
     "message_type_names",
     "parse_path",
+    "top_level_name",
 ]

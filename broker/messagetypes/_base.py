@@ -112,6 +112,18 @@ def parse_path(path: str) -> tuple[PathStep, ...]:
     return _PATHS[path]
 
 
+def top_level_name(path: str) -> str | None:
+    """The field name of ``path`` when it is one plain step (``/id``: no index, no ``@``), which a JSON object
+    resolves as its entry of that name; ``None`` for any other path, or one that does not parse."""
+    try:
+        steps = parse_path(path)
+    except ValueError:
+        return None
+    if len(steps) != 1 or steps[0].index is not None or steps[0].attribute:
+        return None
+    return steps[0].name
+
+
 def _parse_path(path: str) -> tuple[PathStep, ...]:
     if not path.startswith("/") or path == "/":
         raise ValueError(f"path {path!r} must start with '/' and name a field, e.g. /order/id")

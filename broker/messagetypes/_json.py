@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from broker import speedups
 from broker.messagetypes._base import (
     LEAF,
     MAX_DEPTH_LIMIT,
@@ -33,6 +34,9 @@ from broker.messagetypes._base import (
 )
 
 _UNPARSED: Any = object()
+#: The compiled keyed parse (:func:`broker.speedups.jsonbody.parse_object`) when built: the usual JSON object
+#: body in one call; it answers ``None`` for anything else, which the code below decides.
+_parse_object = _jsonbody.parse_object if (_jsonbody := speedups.load("jsonbody")) is not None else None
 
 #: A JSON string literal (escapes included); linear: the two repeated parts cannot match the same text.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -261,6 +265,14 @@ class JsonMessageType(MessageType):
             MessageParseError: not JSON, or (``keyed``) not a JSON object.
             MessageTooDeepError: nested deeper than ``max_depth``.
         """
+        if keyed and _parse_object is not None:
+            message = _parse_object(data, -1 if max_depth is None else max_depth, JsonMessage)
+            if message is not None:
+                return message
+        return self._parse_python(data, keyed=keyed, max_depth=max_depth)
+
+    def _parse_python(self, data: bytes, *, keyed: bool = False, max_depth: int | None = None) -> JsonMessage:
+        """:meth:`parse` in pure Python (the fallback, and the reference the compiled parse is tested against)."""
         if max_depth is not None and depth_exceeds(data, max_depth):
             raise MessageTooDeepError("json", max_depth)
         doc = _loads(data)

@@ -3,7 +3,8 @@
 
 - :func:`encode_fields`: a journal record (:func:`broker.txlog.records.encode_fields`), header, fields and
   CRC-32C in one allocation;
-- :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C.
+- :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C;
+  :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``.
 
 Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` values) and hands anything else
 to the pure-Python code, so both give the same results and the same errors on every input.
@@ -234,12 +235,34 @@ def default_key(bytes domain_prefix, tuple fields, message):
         fields: The ``<Key>`` field paths.
         message: The parsed message (its ``get``).
     """
-    cdef list values = []
+    get = message.get
+    return _key_of(domain_prefix, [get(field) for field in fields])
+
+
+def default_key_doc(bytes domain_prefix, tuple names, message):
+    """:func:`default_key` of a JSON message whose ``<Key>`` paths are all top-level names (``/id``): the values
+    are read from its decoded object (``message._doc``, a ``dict``) directly, as ``JsonMessage.get`` would
+    resolve them. ``None`` when the message holds no decoded object or a value is not one :func:`default_key`
+    takes: then the caller's code makes the key.
+
+    Args:
+        domain_prefix: ``"<len>:<key domain>"`` as UTF-8.
+        names: The top-level names of the ``<Key>`` paths (``"id"`` for ``/id``).
+        message: A ``JsonMessage``.
+    """
+    doc = message._doc
+    if type(doc) is not dict:
+        return None
+    return _key_of(domain_prefix, [(<dict>doc).get(name) for name in names])
+
+
+cdef object _key_of(bytes domain_prefix, list values):
+    """The key of the key fields' ``values`` (see :func:`default_key`), or ``None``."""
     cdef Py_ssize_t total = PyBytes_GET_SIZE(domain_prefix), size
     cdef const char *utf8
-    get = message.get
-    for field in fields:
-        value = get(field)
+    cdef Py_ssize_t n = len(values), i
+    for i in range(n):
+        value = values[i]
         if type(value) is not str:
             if type(value) is int:
                 value = str(value)  # canonical_text: an integer's JSON text
@@ -247,11 +270,11 @@ def default_key(bytes domain_prefix, tuple fields, message):
                 value = "true" if value else "false"
             else:
                 return None
+            values[i] = value
         try:
             PyUnicode_AsUTF8AndSize(value, &size)
         except UnicodeEncodeError:
             return None
-        values.append(value)
         total += size + 21  # "<len>:" is at most 20 digits and a colon
     cdef char stack[512]
     cdef char *buf = stack

@@ -30,6 +30,7 @@ import orjson
 
 from broker import hookimpl, speedups
 from broker.errors import ConfigError, KeyGenerationError
+from broker.messagetypes import JsonMessage, top_level_name
 from broker.options import OptionSet
 from broker.sow.keys import KeyGenerator, KeySpec, validate_user_key  # noqa: F401 - re-exported
 
@@ -44,8 +45,11 @@ __all__ = [
     "validate_user_key",
 ]
 
-#: The compiled key (:func:`broker.speedups.publish.default_key`) when built: the same keys as the code below.
-_compiled_key = _publish.default_key if (_publish := speedups.load("publish")) is not None else None
+#: The compiled key (:func:`broker.speedups.publish.default_key`, and ``default_key_doc`` for a JSON message keyed
+#: on top-level names) when built: the same keys as the code below.
+_publish = speedups.load("publish")
+_compiled_key = _publish.default_key if _publish is not None else None
+_compiled_doc_key = _publish.default_key_doc if _publish is not None else None
 
 #: ``default`` takes no options: ``broker check`` reports any ``<KeyGenerator><Options>`` child.
 OPTIONS = OptionSet()
@@ -101,6 +105,12 @@ def checksum_key(key_domain: str, texts: tuple[str, ...] | list[str]) -> str:
     return str(int.from_bytes(digest, "big"))
 
 
+def _top_level_names(fields: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The names of ``fields`` when each is a plain top-level name (:func:`top_level_name`), else ``None``."""
+    names = tuple(top_level_name(field) for field in fields)
+    return None if None in names else names  # type: ignore[return-value]
+
+
 class DefaultKeyGenerator(KeyGenerator):
     """AMPS-style keys: a 64-bit checksum over the key domain and every ``<Key>`` field's text.
 
@@ -130,6 +140,9 @@ class DefaultKeyGenerator(KeyGenerator):
         self._primed = blake2b(domain, digest_size=8)
         self._domain = domain
         self._field_tuple = tuple(self._fields)
+        #: The names of the key paths when every one is a plain top-level name (``/id``): a JSON message's
+        #: values are then its decoded object's entries (:func:`_top_level_names`).
+        self._top_names = _top_level_names(self._field_tuple)
 
     def generate(self, message: Any) -> str:
         """The key of ``message``: see the module docstring for the exact recipe.
@@ -138,6 +151,10 @@ class DefaultKeyGenerator(KeyGenerator):
             KeyGenerationError: a key field is missing, null, or not a single value.
         """
         if _compiled_key is not None:
+            if self._top_names is not None and message.__class__ is JsonMessage:
+                key = _compiled_doc_key(self._domain, self._top_names, message)
+                if key is not None:
+                    return key
             key = _compiled_key(self._domain, self._field_tuple, message)
             if key is not None:
                 return key
