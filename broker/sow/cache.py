@@ -148,7 +148,12 @@ class CachedStorage(Storage):
         """
         put_list = puts if isinstance(puts, (list, tuple)) else list(puts)
         delete_list = deletes if isinstance(deletes, (list, tuple)) else list(deletes)
-        known = self._existing([k for k, _v in put_list] + delete_list if delete_list else [k for k, _v in put_list])
+        if self.complete and not delete_list:  # the hot path (a batch of publishes): a key not held is absent
+            get = self._lru.get
+            known: dict[bytes, bool] | None = {k: get(k) is not None for k, _v in put_list}
+        else:
+            known = self._existing([k for k, _v in put_list] + delete_list if delete_list else
+                                   [k for k, _v in put_list])
         try:
             if known is None:
                 self.inner.write(put_list, delete_list)

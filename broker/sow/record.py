@@ -18,6 +18,8 @@ from broker.protocol._header import dumps_flat
 #: The compiled header loop of :meth:`WireRecords.add` (``broker/speedups/sowrecords.pyx``), or ``None``.
 _compiled = speedups.load("sowrecords")
 
+#: The compiled stored value (:func:`broker.speedups.publish.record_value`), or ``None``.
+_record_value = _publish.record_value if (_publish := speedups.load("publish")) is not None else None
 _HEAD = struct.Struct("<QQQHH")
 #: The fixed header of a stored value, for scans that unpack it inline (:meth:`QueryPlan.rows`).
 RECORD_HEAD = _HEAD
@@ -50,6 +52,14 @@ class SowRecord:
 
     def encode(self) -> bytes:
         """The stored value."""
+        if _record_value is not None:
+            value = _record_value(self)
+            if value is not None:
+                return value
+        return self._encode_python()
+
+    def _encode_python(self) -> bytes:
+        """:meth:`encode` in pure Python (the fallback, and the reference the compiled one is tested against)."""
         bm = self.bookmark.encode()
         x = self.correlation_id.encode()
         return b"".join(

@@ -4,7 +4,8 @@
 - :func:`encode_fields`: a journal record (:func:`broker.txlog.records.encode_fields`), header, fields and
   CRC-32C in one allocation;
 - :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C;
-  :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``.
+  :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``;
+- :func:`record_value`: a SOW record's stored value (:meth:`broker.sow.record.SowRecord.encode`).
 
 Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` values) and hands anything else
 to the pure-Python code, so both give the same results and the same errors on every input.
@@ -141,6 +142,7 @@ broker_crc32c_init()
 cdef enum:
     HEADER_SIZE = 64
     FORMAT_VERSION = 2
+    RECORD_HEAD = 28  # a SOW record's fixed header: struct "<QQQHH"
 cdef Py_ssize_t MAX_RECORD_SIZE = 1 << 30
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
 
@@ -222,6 +224,41 @@ def encode_fields(sequence, timestamp_ns, command, topic, data, sow_key, publish
     cdef uint32_t crc = broker_crc32c_extend(0, p, 4)
     crc = broker_crc32c_extend(crc, p + 8, length - 8)
     _put32(p + 4, crc)
+    return out
+
+
+def record_value(record):
+    """The stored value of a SOW record (:meth:`broker.sow.record.SowRecord.encode`: the fixed little-endian
+    header, then bookmark, correlation id and data) in one allocation, or ``None`` when a field is not the usual
+    exact type (``int`` within 64 bits, ``str`` without surrogates and at most 65,535 UTF-8 bytes, ``bytes``):
+    then the Python code encodes it (and raises its errors).
+    """
+    ts, seq, exp = record.timestamp_ns, record.sequence, record.expire_at_ns
+    bookmark, cid, data = record.bookmark, record.correlation_id, record.data
+    if not (_u64(ts) and _u64(seq) and _u64(exp)) or type(bookmark) is not str or type(cid) is not str \
+            or type(data) is not bytes:
+        return None
+    cdef Py_ssize_t blen, xlen
+    cdef const char *bm
+    cdef const char *x
+    try:
+        bm = PyUnicode_AsUTF8AndSize(bookmark, &blen)
+        x = PyUnicode_AsUTF8AndSize(cid, &xlen)
+    except UnicodeEncodeError:
+        return None
+    if blen > 0xFFFF or xlen > 0xFFFF:
+        return None
+    cdef Py_ssize_t dlen = PyBytes_GET_SIZE(data)
+    out = PyBytes_FromStringAndSize(NULL, RECORD_HEAD + blen + xlen + dlen)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    _put64(p, ts)
+    _put64(p + 8, seq)
+    _put64(p + 16, exp)
+    _put16(p + 24, blen)
+    _put16(p + 26, xlen)
+    memcpy(p + RECORD_HEAD, bm, blen)
+    memcpy(p + RECORD_HEAD + blen, x, xlen)
+    memcpy(p + RECORD_HEAD + blen + xlen, PyBytes_AS_STRING(data), dlen)
     return out
 
 

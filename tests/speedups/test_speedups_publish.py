@@ -164,3 +164,24 @@ def test_arbitrary_bytes_find_the_same_remembered_header(raw: bytes, start: int,
     headers = {**_remembered(), b"": _remembered()[b'{"c":"p","t":"x"}']}
     assert (_header_outcome(publish.cached_header, raw, start, end, headers)
             == _header_outcome(_cached_header_python, raw, start, end, headers))
+
+
+#: SOW record fields: in and out of range, surrogates, long text, and types a record should not hold.
+TEXT_FIELDS = st.one_of(st.text(max_size=40), st.integers(65_530, 65_540).map(lambda n: "é" * (n // 2) + "a" * (n % 2)),
+                        st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.none(), st.binary(max_size=3))
+
+
+@settings(max_examples=300)
+@given(ts=ANY_INT, seq=ANY_INT, exp=ANY_INT, bm=TEXT_FIELDS, x=TEXT_FIELDS,
+       data=st.one_of(st.binary(max_size=300), st.text(max_size=3), st.builds(bytearray, SMALL_BYTES)))
+def test_a_sow_record_stores_the_same_value_compiled_and_in_python(ts: Any, seq: Any, exp: Any, bm: Any, x: Any,
+                                                                     data: Any) -> None:
+    from broker.sow.record import SowRecord
+
+    record = SowRecord("k", data, ts, seq, exp, bm, x)
+    python = outcome(record._encode_python)
+    assert outcome(record.encode) == python
+    compiled = publish.record_value(record)
+    if compiled is not None:
+        assert ("ok", compiled) == python
+        assert SowRecord.decode("k", compiled) == record
