@@ -96,6 +96,8 @@ def _cached_header_python(buf: Buffer, start: int, end: int, headers: dict[bytes
 _compiled = speedups.load("publish")
 #: The compiled twin (:func:`broker.speedups.publish.cached_header`) when built.
 _cached_header = _compiled.cached_header if _compiled is not None else _cached_header_python
+#: The compiled usual case of :meth:`Connection.next_event` (:func:`broker.speedups.publish.remembered_frame`).
+_remembered_frame = _compiled.remembered_frame if _compiled is not None else None
 
 
 class Connection:
@@ -197,6 +199,14 @@ class Connection:
             raise RemoteProtocolError(f"connection is dead after an earlier protocol error: {self._error}")
         buf = self._buf
         pos = self._pos
+        if _remembered_frame is not None and self._frames_received:
+            # The usual frame (complete, within the bound, its header remembered) in one compiled call; anything
+            # else (and a first frame, which may be an HTTP request) is the code below's.
+            got = _remembered_frame(buf, pos, self._max, self._headers)
+            if got is not None:
+                frame, self._pos = got
+                self._frames_received += 1
+                return frame
         avail = len(buf) - pos
         if avail < 4:
             if self._eof:

@@ -345,6 +345,7 @@ class Session(PublishBatch):
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
+            plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
             try:
                 self.conn.receive_data(data)
                 while True:
@@ -359,8 +360,9 @@ class Session(PublishBatch):
                     if frame is CLOSED:
                         return
                     header = frame.header
-                    if header.command in PLAIN_PUBLISH and self.logged_on and (
-                            header.ack_type or "") in BATCH_ACKS:
+                    if header is plain or (header.command in PLAIN_PUBLISH and self.logged_on and (
+                            header.ack_type or "") in BATCH_ACKS):
+                        plain = header
                         batch.append(frame)  # the hot path, without awaiting
                         continue
                     if batch:

@@ -335,16 +335,54 @@ cdef object _key_of(bytes domain_prefix, list values):
 cdef object _from_dict = None
 
 
+cdef object _Frame = None
+
+
+cdef inline const char *_buffer(buf):
+    """The bytes of a ``bytes`` or ``bytearray`` (``NULL`` for any other type)."""
+    if type(buf) is bytes:
+        return PyBytes_AS_STRING(buf)
+    if type(buf) is bytearray:
+        return PyByteArray_AS_STRING(buf)
+    return NULL
+
+
+def remembered_frame(buf, Py_ssize_t pos, Py_ssize_t max_size, dict headers):
+    """The frame at ``buf[pos:]`` and where it ends, when it is complete, ``0 < size <= max_size`` and its
+    header remembered (:func:`cached_header`): ``(Frame, end)``; else ``None``, and
+    :meth:`broker.protocol.Connection.next_event`'s Python code takes it (waits, decodes, or fails)."""
+    global _Frame
+    cdef const char *data = _buffer(buf)
+    if data == NULL:
+        return None
+    cdef Py_ssize_t n = len(buf)
+    if pos < 0 or n - pos < 4:
+        return None
+    cdef const uint8_t *p = <const uint8_t *>data + pos
+    cdef Py_ssize_t size = (<Py_ssize_t>p[0] << 24) | (<Py_ssize_t>p[1] << 16) | (<Py_ssize_t>p[2] << 8) | p[3]
+    if size == 0 or size > max_size or size > n - pos - 4:
+        return None
+    cdef Py_ssize_t end = pos + 4 + size
+    got = cached_header(buf, pos + 4, end, headers)
+    if got is None:
+        return None
+    header, body_start = got
+    cdef Py_ssize_t at = body_start
+    if _Frame is None:
+        from broker.protocol._frames import Frame
+        _Frame = Frame
+    frame = _Frame.__new__(_Frame)
+    frame.header = header
+    frame.body = PyBytes_FromStringAndSize(data + at, end - at)
+    return frame, end
+
+
 def cached_header(buf, Py_ssize_t start, Py_ssize_t end, dict headers):
     """:func:`broker.protocol._connection._cached_header_python`, compiled: the remembered header of the frame
     payload ``buf[start:end]`` and where its body starts, or ``None``."""
     global _from_dict
-    cdef const char *data
-    if type(buf) is bytes:
-        data = PyBytes_AS_STRING(buf)
-    elif type(buf) is bytearray:
-        data = PyByteArray_AS_STRING(buf)
-    else:
+    cdef const char *data = _buffer(buf)
+    if data == NULL:
         from broker.protocol._connection import _cached_header_python
         return _cached_header_python(buf, start, end, headers)
     cdef Py_ssize_t size = len(buf)

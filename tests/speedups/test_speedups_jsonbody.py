@@ -84,8 +84,8 @@ def test_keys_from_a_json_object_are_the_same_compiled_and_in_python(domain: str
     assert generator._top_names == tuple(f"f{i}" for i in range(len(values)))
     doc = {f"f{i}": v for i, v in enumerate(values) if not (missing and i == 0)}
     body = json.dumps(doc).encode()
-    message = JSON.lazy(body) if lazy else JsonMessage(body, json.loads(body))
-    python = outcome(generator._generate_python, JsonMessage(body, json.loads(body)))
+    message = JSON.lazy(body) if lazy else JSON.parse(body, keyed=True)
+    python = outcome(generator._generate_python, JSON._parse_python(body, keyed=True))
     assert outcome(generator.generate, message) == python
     compiled = publish.default_key_doc(generator._domain, generator._top_names, message)
     if compiled is not None:  # from a decoded object only (a lazy message's first lookup above decoded it)
