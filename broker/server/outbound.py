@@ -1,7 +1,16 @@
-"""A client's bounded outbound buffer: the engine appends encoded frames without awaiting; one writer
-task drains them with one ``send_all`` per batch (batched I/O)."""
+"""A client's bounded outbound buffer: the engine appends encoded frames without awaiting; they are written
+with one ``write`` per batch (batched I/O).
+
+Each client has a writer task, but on a plain socket the usual write does not wake it: the first frame queued
+while the writer waits hands the buffer to the :class:`Flusher`, one task of the event loop that writes every
+such buffer in turn with a non-blocking ``write`` (one task switch per round for all the clients an engine
+step reached, instead of one per client). Only what the socket does not take at once (a full send buffer, an
+error) goes back to the client's writer, which waits until the socket is writable.
+"""
 
 from __future__ import annotations
+
+import os
 
 import trio
 
@@ -61,8 +70,14 @@ class Outbound:
         self._chunks: list[bytes] = []
         self.size = 0
         self._ready = trio.Event()
-        #: Whether the writer waits on ``_ready`` (only then does :meth:`put` need to set it).
+        #: Whether the writer waits on ``_ready`` with nothing queued and no flush pending: only then does
+        #: :meth:`put` need to act (hand the buffer to the flusher, or wake the writer).
         self._idle = False
+        #: Whether the writer is parked on ``_ready`` (the flusher writes only then).
+        self._parked = False
+        #: The socket's file descriptor and the loop's :class:`Flusher` (``None``: the writer writes everything).
+        self._fd: int | None = None
+        self._flusher: Flusher | None = None
         self._drained = trio.Event()
         self.closed = False
         self.overflowed = False
@@ -82,9 +97,13 @@ class Outbound:
         self.size += size
         budget = self.budget
         budget.output += size
-        if self._idle:  # wake the writer once per batch, not once per frame
+        if self._idle:  # once per batch, not once per frame
             self._idle = False
-            self._ready.set()
+            flusher = self._flusher
+            if flusher is not None:
+                flusher.add(self)
+            else:
+                self._ready.set()
         if self.size > self.limit:
             self.overflowed = True
             self.closed = True
@@ -104,7 +123,9 @@ class Outbound:
         Raises:
             SlowClient: the buffer overflowed.
         """
-        fd = socket_fd(stream)
+        fd = self._fd = socket_fd(stream)
+        if fd is not None:
+            self._flusher = Flusher.current()
         while True:
             if not self._chunks:
                 if self.overflowed:
@@ -113,11 +134,11 @@ class Outbound:
                 if self.closed:
                     return
                 self._ready = trio.Event()
-                self._idle = True
+                self._idle = self._parked = True
                 try:
                     await self._ready.wait()
                 finally:
-                    self._idle = False
+                    self._idle = self._parked = False
                 continue
             if self.overflowed:
                 raise SlowClient()
@@ -135,6 +156,31 @@ class Outbound:
                 self._writing = 0
             self.bytes_out += len(data)
 
+    def flush_now(self) -> None:
+        """Write what is queued without waiting (the :class:`Flusher`'s part): all of it when the socket takes it
+        at once, else the rest goes to the writer task, which waits until the socket is writable."""
+        chunks = self._chunks
+        if not self._parked or not chunks or self._fd is None or self.overflowed:  # the writer takes over
+            return
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            written = os.write(self._fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the writer meets the error again and ends the session as for any failed write
+            self._ready.set()
+            return
+        self.bytes_out += written
+        self.budget.output -= written
+        self.size -= written
+        if written == len(data):
+            chunks.clear()
+            self._drained.set()
+            self._idle = True  # still parked: the next put hands it to the flusher again
+        else:
+            chunks[:] = [data[written:]]
+            self._ready.set()
+
     def discard(self) -> None:
         """Drop every queued frame and stop accepting more (the client is being disconnected): the bytes
         leave the broker-wide budget at once."""
@@ -148,3 +194,40 @@ class Outbound:
         """Stop accepting frames; the writer finishes what is queued, then returns."""
         self.closed = True
         self._ready.set()
+
+
+class Flusher:
+    """Writes the outbound buffers handed to it (:meth:`Outbound.put` on a plain socket whose writer waits), one
+    round per wake-up: one task of the event loop (a trio system task, started on first use) for every client."""
+
+    _current: trio.lowlevel.RunVar[Flusher] = trio.lowlevel.RunVar("outbound_flusher")
+
+    def __init__(self) -> None:
+        self._pending: list[Outbound] = []
+        self._wake = trio.Event()
+
+    @classmethod
+    def current(cls) -> Flusher:
+        """The flusher of the running event loop (started on first use)."""
+        try:
+            return cls._current.get()
+        except LookupError:
+            flusher = cls()
+            cls._current.set(flusher)
+            trio.lowlevel.spawn_system_task(flusher._run, name="outbound flusher")
+            return flusher
+
+    def add(self, outbound: Outbound) -> None:
+        """Write ``outbound``'s queue in the next round."""
+        pending = self._pending
+        pending.append(outbound)
+        if len(pending) == 1:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            pending, self._pending = self._pending, []
+            for outbound in pending:
+                outbound.flush_now()
