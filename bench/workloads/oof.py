@@ -5,7 +5,9 @@ subscriber processes run sow_and_subscribe with the ``oof`` option at once: the 
 sending the command to the snapshot's group_end. Then one publisher sends U updates at a fixed pace
 (10k/s in the full run): 90% keep their record in the filter (every subscriber gets each as a publish;
 latency = receive time - the send time in the document), 10% move a distinct record out of it
-(``closed``). The check, per subscriber: exactly one OOF per record that left, for exactly those
+(``closed``). The publisher's own lateness (how far behind its schedule each tenth message went out) is in the
+row, so a late publisher is told from a late broker: the latency counts from the time written into the
+document, just before the publish call. The check, per subscriber: exactly one OOF per record that left, for exactly those
 records, every in-filter update, and no other message, after a grace period. The cases share one
 loaded topic; a later case's snapshot holds the records still open. No peer has this feature (AMPS's
 own), so the rows have no ratio.
@@ -71,11 +73,13 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         publish = client.publish  # type: ignore[attr-defined]
         t0 = time.perf_counter()
         interval = 1.0 / s.oof_rate
+        late: list[float] = []  # seconds behind schedule at each tenth message (0: on time)
         for k, (i, state) in enumerate(plan):
             if k % 10 == 0:
                 ahead = t0 + k * interval - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
+                late.append(max(0.0, -ahead))
             publish(TOPIC, doc(i, state=state, qty=k))
         client.publish_flush(int(ctx.left() * 1000))  # type: ignore[attr-defined]
         pub_s = time.perf_counter() - t0
@@ -97,6 +101,9 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         })
         latencies.extend(done["latencies"])
     exact = all(p["exact"] for p in per_sub)
+    late.sort()
+    pub_late = {"p50_ms": late[len(late) // 2] * 1000, "p99_ms": late[int(len(late) * 0.99)] * 1000,
+                "max_ms": late[-1] * 1000} if late else {}
     snap_ok = all(p["snapshot_records"] == open_records for p in per_sub)
     slowest = max(p["snapshot_s"] for p in per_sub)
     checks_snap = {
@@ -106,10 +113,11 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
     checks_upd = {
         "records_left_filter": len(leave_set), "publishes_expected": stay, "per_subscriber": per_sub,
         "oof_exactly_once": exact,
-        "machine_busy": busy,
+        "machine_busy": busy, "publisher_late": pub_late,
         "summary": (f"OOF {sum(p['oof_received'] for p in per_sub):,}/{len(leave_set) * subscribers:,} "
                     + ("exactly once" if exact else "MISMATCH")
-                    + (f"; cores {busy:.0%} busy" if busy is not None else "")),
+                    + (f"; cores {busy:.0%} busy" if busy is not None else "")
+                    + (f"; publisher late p99 {pub_late['p99_ms']:.1f} ms" if pub_late else "")),
     }
     snap_fig = Figure("broker", slowest * 1000, "ms", higher_is_better=False, cpu_s=snap_usage.cpu_s,
                       peak_rss_mb=snap_usage.peak_rss_mb,

@@ -58,4 +58,6 @@ def test_quick_run_produces_table_and_json(tmp_path: Path) -> None:
     assert [r["broker"]["detail"]["subscribers"] for r in oof] == [1, 4]
     assert all(r["checks"]["oof_exactly_once"] is True for r in oof)
     assert all(p["exact"] for r in oof for p in r["checks"]["per_subscriber"])
+    # The publisher's lateness against its schedule is reported (a late publisher is not a late broker).
+    assert all(0 <= r["checks"]["publisher_late"]["p50_ms"] <= r["checks"]["publisher_late"]["max_ms"] for r in oof)
     assert all(f["value"] > 0 for f in data["limits"].values())
