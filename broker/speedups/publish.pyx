@@ -2,7 +2,7 @@
 """Compiled twins of the per-message work of a publish (see :mod:`broker.speedups`).
 
 - :func:`encode_fields`: a journal record (:func:`broker.txlog.records.encode_fields`), header, fields and
-  CRC-32C in one allocation;
+  CRC-32C in one allocation, and :func:`encode_entries` the journal writer's loop over a batch of them;
 - :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C;
   :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``;
 - :func:`record_value`: a SOW record's stored value (:meth:`broker.sow.record.SowRecord.encode`).
@@ -175,8 +175,32 @@ def crc32c_extend(uint32_t crc, bytes data):
     return broker_crc32c_extend(crc, <const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
-def encode_fields(sequence, timestamp_ns, command, topic, data, sow_key, publisher_hash, publisher_seq,
-                  message_type, correlation_id, expiration_ns=0):
+def encode_entries(list raws, entries, first, last_ts, topic, publisher_hash, message_type):
+    """:func:`broker.txlog.records._encode_entries_python` (the loop of
+    :meth:`broker.txlog.writer.JournalWriter.append_many`), compiled: the same records appended to ``raws``, the
+    same answer and errors. Anything but a list of 7-tuples is handed to the Python loop whole."""
+    if type(entries) is not list or not all(type(e) is tuple and len(<tuple>e) == 7 for e in entries):
+        from broker.txlog.records import _encode_entries_python
+        return _encode_entries_python(raws, entries, first, last_ts, topic, publisher_hash, message_type)
+    cdef Py_ssize_t i, n = len(entries)
+    cdef tuple entry
+    top = 0
+    for i in range(n):
+        entry = <tuple>(<list>entries)[i]
+        ts = entry[6]
+        if ts < last_ts:
+            ts = last_ts
+        pseq = entry[3]
+        raws.append(encode_fields(first + i, ts, entry[0], topic, entry[1], entry[2], publisher_hash, pseq,
+                                  message_type, entry[4], entry[5]))
+        last_ts = ts
+        if pseq > top:
+            top = pseq
+    return last_ts, top
+
+
+cpdef bytes encode_fields(sequence, timestamp_ns, command, topic, data, sow_key, publisher_hash, publisher_seq,
+                          message_type, correlation_id, expiration_ns=0):
     """:func:`broker.txlog.records.encode_fields`, compiled: the same bytes and the same errors."""
     if not (type(topic) is bytes and type(data) is bytes and type(sow_key) is bytes and type(message_type) is bytes
             and type(correlation_id) is bytes and _u64(sequence) and _u64(timestamp_ns) and _u64(publisher_hash)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import google_crc32c
@@ -216,6 +216,36 @@ def _encode_fields_python(
 #: The compiled twin (:mod:`broker.speedups.publish`) when built, else the pure-Python code above.
 encode_fields: Callable[..., bytes] = (_publish.encode_fields if (_publish := speedups.load("publish")) is not None
                                        else _encode_fields_python)
+
+
+def _encode_entries_python(raws: list[bytes], entries: Iterable[tuple[int, bytes, bytes, int, bytes, int, int]],
+                           first: int, last_ts: int, topic: bytes, publisher_hash: int,
+                           message_type: bytes) -> tuple[int, int]:
+    """The journal records of a batch of publishes (:meth:`JournalWriter.append_many`'s loop): each entry
+    ``(command, data, sow_key, publisher_seq, correlation_id, expiration_ns, timestamp_ns)`` encoded with
+    sequences from ``first`` and timestamps never below the one before, appended to ``raws`` (on an error,
+    ``len(raws)`` is the failing entry's position).
+
+    Returns:
+        ``(last timestamp, highest publisher_seq or 0)``.
+    """
+    seq = first
+    top = 0
+    for command, data, sow_key, pseq, correlation_id, expiration_ns, ts in entries:
+        if ts < last_ts:  # timestamps never decrease
+            ts = last_ts
+        raws.append(encode_fields(seq, ts, command, topic, data, sow_key, publisher_hash, pseq, message_type,
+                                  correlation_id, expiration_ns))
+        last_ts = ts
+        if pseq > top:
+            top = pseq
+        seq += 1
+    return last_ts, top
+
+
+#: The compiled twin of the loop when built.
+encode_entries: Callable[..., tuple[int, int]] = (_publish.encode_entries if _publish is not None
+                                                  else _encode_entries_python)
 
 
 def record_length(header: bytes | memoryview, offset: int = 0) -> int:

@@ -42,6 +42,7 @@ from broker.txlog.files import FileState, JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
 from broker.txlog.reader import JournalReader
 from broker.txlog.records import Command, Record, encode_fields
+from broker.txlog.records import encode_entries as _encode_entries
 from broker.txlog.records import peek_sequence_timestamp as _peek
 from broker.txlog.recovery import publisher_table, recover
 from broker.txlog.reservation import DEFAULT_BLOCK, SequenceReservation
@@ -460,21 +461,11 @@ class JournalWriter:
                 self._reserve_waiting(last)
             last_ts = self._last_ts
             raws: list[bytes] = []
-            top = 0
-            seq = first
             try:
-                for command, data, sow_key, pseq, correlation_id, expiration_ns, ts in entries:
-                    if ts < last_ts:  # timestamps never decrease (see append)
-                        ts = last_ts
-                    raws.append(encode_fields(seq, ts, command, tbytes, data, sow_key, publisher_hash, pseq, mbytes,
-                                              correlation_id, expiration_ns))
-                    last_ts = ts
-                    if pseq > top:
-                        top = pseq
-                    seq += 1
+                last_ts, top = _encode_entries(raws, entries, first, last_ts, tbytes, publisher_hash, mbytes)
             except ValueError as exc:
                 error = JournalError(f"cannot journal a publish on {topic!r}: {exc}")
-                error.index = seq - first  # type: ignore[attr-defined]
+                error.index = len(raws)  # type: ignore[attr-defined]  # the entries before it were encoded
                 raise error from None
             size = sum(map(len, raws))
             self._buffer.extend(raws)
