@@ -19,7 +19,10 @@ from broker.protocol._header import dumps_flat
 _compiled = speedups.load("sowrecords")
 
 #: The compiled stored value (:func:`broker.speedups.publish.record_value`), or ``None``.
-_record_value = _publish.record_value if (_publish := speedups.load("publish")) is not None else None
+_publish = speedups.load("publish")
+_record_value = _publish.record_value if _publish is not None else None
+#: The compiled record decode (:func:`broker.speedups.publish.record_from_value`), or ``None``.
+_record_from_value = _publish.record_from_value if _publish is not None else None
 _HEAD = struct.Struct("<QQQHH")
 #: The fixed header of a stored value, for scans that unpack it inline (:meth:`QueryPlan.rows`).
 RECORD_HEAD = _HEAD
@@ -76,6 +79,15 @@ class SowRecord:
             data: The message data when the caller already split it off (:meth:`split`), to avoid a
                 second copy.
         """
+        if _record_from_value is not None:
+            record = _record_from_value(cls, key, value, data)
+            if record is not None:
+                return record
+        return cls._decode_python(key, value, data)
+
+    @classmethod
+    def _decode_python(cls, key: str, value: bytes, data: bytes | None = None) -> SowRecord:
+        """:meth:`decode` in pure Python (the fallback, and the reference the compiled one is tested against)."""
         ts, seq, exp, lbm, lx = _HEAD.unpack_from(value)
         off = _HEAD.size
         bm = value[off : off + lbm].decode() if lbm else ""

@@ -5,7 +5,8 @@
   CRC-32C in one allocation, and :func:`encode_entries` the journal writer's loop over a batch of them;
 - :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C;
   :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``;
-- :func:`record_value`: a SOW record's stored value (:meth:`broker.sow.record.SowRecord.encode`).
+- :func:`record_value`: a SOW record's stored value (:meth:`broker.sow.record.SowRecord.encode`), and
+  :func:`record_from_value` the record back (:meth:`broker.sow.record.SowRecord.decode`).
 
 Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` values) and hands anything else
 to the pure-Python code, so both give the same results and the same errors on every input.
@@ -21,6 +22,7 @@ from libc.string cimport memchr, memcpy
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
 
 
 cdef extern from *:
@@ -284,6 +286,45 @@ def record_value(record):
     memcpy(p + RECORD_HEAD + blen, x, xlen)
     memcpy(p + RECORD_HEAD + blen + xlen, PyBytes_AS_STRING(data), dlen)
     return out
+
+
+cdef inline uint64_t _get64(const uint8_t *p):
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+def record_from_value(cls, key, value, data=None):
+    """:meth:`broker.sow.record.SowRecord.decode` of a well-formed stored value, compiled: ``cls`` built from the
+    fixed header, the bookmark and correlation id text and the data (``data`` when the caller split it off), or
+    ``None`` when the value is not ``bytes``, is shorter than its header says, or its text is not UTF-8: then the
+    Python code decodes it (and raises its errors)."""
+    if type(value) is not bytes:
+        return None
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(value)
+    if n < RECORD_HEAD:
+        return None
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(value)
+    cdef Py_ssize_t blen = p[24] | (<Py_ssize_t>p[25] << 8), xlen = p[26] | (<Py_ssize_t>p[27] << 8)
+    if RECORD_HEAD + blen + xlen > n:
+        return None
+    try:
+        bookmark = PyUnicode_DecodeUTF8(<const char *>p + RECORD_HEAD, blen, NULL) if blen else ""
+        cid = PyUnicode_DecodeUTF8(<const char *>p + RECORD_HEAD + blen, xlen, NULL) if xlen else ""
+    except UnicodeDecodeError:
+        return None
+    cdef Py_ssize_t at = RECORD_HEAD + blen + xlen
+    record = cls.__new__(cls)
+    record.key = key
+    record.data = PyBytes_FromStringAndSize(<const char *>p + at, n - at) if data is None else data
+    record.timestamp_ns = _get64(p)
+    record.sequence = _get64(p + 8)
+    record.expire_at_ns = _get64(p + 16)
+    record.bookmark = bookmark
+    record.correlation_id = cid
+    return record
 
 
 def default_key(bytes domain_prefix, tuple fields, message):

@@ -262,3 +262,30 @@ def test_a_batch_of_journal_entries_encodes_the_same_compiled_and_in_python(entr
 
 def test_the_writer_encodes_a_batch_with_the_compiled_loop() -> None:
     assert records.encode_entries is publish.encode_entries
+
+
+def _stored(ts: int, seq: int, exp: int, bm: bytes, x: bytes, data: bytes, lbm: int | None, lx: int | None) -> bytes:
+    import struct
+
+    return struct.pack("<QQQHH", ts, seq, exp, len(bm) if lbm is None else lbm, len(x) if lx is None else lx) + bm + x + data
+
+
+@settings(max_examples=300)
+@given(value=st.one_of(
+    st.builds(_stored, U64, U64, U64, st.one_of(st.text(max_size=20).map(str.encode), st.binary(max_size=5)),
+              st.one_of(st.text(max_size=20).map(str.encode), st.binary(max_size=5)), st.binary(max_size=50),
+              st.one_of(st.none(), st.integers(0, 70)), st.one_of(st.none(), st.integers(0, 70))),
+    st.binary(max_size=40), st.builds(bytearray, st.binary(min_size=28, max_size=40))),
+    data=st.one_of(st.none(), st.binary(max_size=5)))
+def test_a_stored_sow_record_decodes_the_same_compiled_and_in_python(value: Any, data: Any) -> None:
+    from broker.sow.record import SowRecord
+
+    def fields(record: Any) -> Any:
+        return [getattr(record, f) for f in ("key", "data", "timestamp_ns", "sequence", "expire_at_ns", "bookmark",
+                                             "correlation_id")]
+
+    python = outcome(lambda: fields(SowRecord._decode_python("k", value, data)))
+    assert outcome(lambda: fields(SowRecord.decode("k", value, data))) == python
+    compiled = publish.record_from_value(SowRecord, "k", value, data)
+    if compiled is not None:
+        assert ("ok", fields(compiled)) == python and type(compiled) is SowRecord
