@@ -74,7 +74,9 @@ class FanOut:
         # Subscriptions without a filter, delta or replay in progress get every message whole: who gets what is
         # the same for the whole run, so it is worked out once (the usual fan-out, decided per message, else).
         plain = _plain_targets(candidates)
-        if plain is not None and windows is None and all(one.expired is None for one in run):
+        # Only a SOW topic's records expire (an expired one not swept yet gets its oof before the message).
+        no_expiry = sow is None or all(one.expired is None for one in run)
+        if plain is not None and windows is None and no_expiry:
             # Nothing else goes out between the messages of the run: each client takes the run in one step.
             batch = DeliveryBatch(topic, [(one.body, one.bm or None, one.key or None, one.x or None) for one in run])
             for one in run:
@@ -90,7 +92,7 @@ class FanOut:
         # Per message, but each client's whole messages are queued in one step at the end of the run (or
         # before anything else goes to that client): none when windows or expiries also send.
         pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None
-        if windows is None and all(one.expired is None for one in run):
+        if windows is None and no_expiry:
             pending = {}
         delivered = clients = 0
         for one in run:
