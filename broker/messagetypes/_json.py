@@ -37,6 +37,9 @@ _UNPARSED: Any = object()
 #: The compiled keyed parse (:func:`broker.speedups.jsonbody.parse_object`) when built: the usual JSON object
 #: body in one call; it answers ``None`` for anything else, which the code below decides.
 _parse_object = _jsonbody.parse_object if (_jsonbody := speedups.load("jsonbody")) is not None else None
+#: The compiled usual case of :meth:`JsonMessageType.lazy` (:func:`broker.speedups.lazyjson.lazy_message`, twin
+#: of :func:`_lazy_python`) when built: a body with no more brackets than the bound, wrapped in one call.
+_lazy_message = _lazyjson.lazy_message if (_lazyjson := speedups.load("lazyjson")) is not None else None
 
 #: A JSON string literal (escapes included); linear: the two repeated parts cannot match the same text.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -64,6 +67,16 @@ def depth_exceeds(data: bytes, limit: int) -> bool:
     outside = _STRING.sub(b"", data) if b"\\" in data else b"".join(data.split(b'"')[::2])
     steps = outside.translate(_DEPTH_STEPS, _NOT_BRACKETS)
     return max(accumulate(memoryview(steps).cast("b")), default=0) > limit
+
+
+def _lazy_python(data: Any, max_depth: int, message_class: Any) -> Any:
+    """``message_class(data)`` for a ``bytes`` body with at most ``max_depth`` brackets (``-1``: no bound), else
+    ``None``: the reference for the compiled :func:`broker.speedups.lazyjson.lazy_message`."""
+    if type(data) is not bytes:
+        return None
+    if max_depth >= 0 and data.count(b"[") + data.count(b"{") > max_depth:
+        return None
+    return message_class(data)
 
 
 def _loads(data: bytes) -> Any:
@@ -288,6 +301,10 @@ class JsonMessageType(MessageType):
         Raises:
             MessageTooDeepError: nested deeper than ``max_depth`` (checked without decoding).
         """
+        if _lazy_message is not None:
+            message = _lazy_message(data, -1 if max_depth is None else max_depth, JsonMessage)
+            if message is not None:
+                return message
         if max_depth is not None and depth_exceeds(data, max_depth):
             raise MessageTooDeepError("json", max_depth)
         return JsonMessage(data)
