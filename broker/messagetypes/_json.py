@@ -37,9 +37,9 @@ _UNPARSED: Any = object()
 #: The compiled keyed parse (:func:`broker.speedups.jsonbody.parse_object`) when built: the usual JSON object
 #: body in one call; it answers ``None`` for anything else, which the code below decides.
 _parse_object = _jsonbody.parse_object if (_jsonbody := speedups.load("jsonbody")) is not None else None
-#: The compiled usual case of :meth:`JsonMessageType.lazy` (:func:`broker.speedups.lazyjson.lazy_message`, twin
+#: The compiled usual case of :meth:`JsonMessageType.lazy` (:func:`broker.speedups.jsonbody.lazy_message`, twin
 #: of :func:`_lazy_python`) when built: a body with no more brackets than the bound, wrapped in one call.
-_lazy_message = _lazyjson.lazy_message if (_lazyjson := speedups.load("lazyjson")) is not None else None
+_lazy_message = _jsonbody.lazy_message if _jsonbody is not None else None
 
 #: A JSON string literal (escapes included); linear: the two repeated parts cannot match the same text.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -71,7 +71,7 @@ def depth_exceeds(data: bytes, limit: int) -> bool:
 
 def _lazy_python(data: Any, max_depth: int, message_class: Any) -> Any:
     """``message_class(data)`` for a ``bytes`` body with at most ``max_depth`` brackets (``-1``: no bound), else
-    ``None``: the reference for the compiled :func:`broker.speedups.lazyjson.lazy_message`."""
+    ``None``: the reference for the compiled :func:`broker.speedups.jsonbody.lazy_message`."""
     if type(data) is not bytes:
         return None
     if max_depth >= 0 and data.count(b"[") + data.count(b"{") > max_depth:

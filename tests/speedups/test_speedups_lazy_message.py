@@ -1,4 +1,4 @@
-"""broker/speedups/lazyjson.pyx against the pure-Python code it is the twin of: a publish body to a topic without
+"""broker/speedups/jsonbody.pyx's lazy_message against the pure-Python code it is the twin of: a publish body to a topic without
 a SOW is wrapped, or refused as too deep, the same way compiled and in Python, on arbitrary input."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from broker import speedups
 from broker.messagetypes import _json
 from broker.messagetypes._json import JsonMessage, JsonMessageType, _lazy_python
 
-lazyjson = speedups.load("lazyjson")
-pytestmark = pytest.mark.skipif(lazyjson is None, reason="broker.speedups.lazyjson is not built")
+jsonbody = speedups.load("jsonbody")
+pytestmark = pytest.mark.skipif(jsonbody is None, reason="broker.speedups.jsonbody is not built")
 
 #: Bodies with brackets in and out of string literals, escapes, deep nesting, and things that are not bytes.
 PIECES = st.sampled_from([b"{", b"}", b"[", b"]", b'"', b"\\", b'"[{"', b"1", b",", b":", b'"a"', b" "])
@@ -27,7 +27,7 @@ DEPTHS = st.one_of(st.just(-1), st.integers(0, 200))
 @settings(max_examples=400)
 @given(data=ANY_BODY, max_depth=DEPTHS)
 def test_the_usual_case_is_taken_the_same_way(data: Any, max_depth: int) -> None:
-    compiled = lazyjson.lazy_message(data, max_depth, JsonMessage)
+    compiled = jsonbody.lazy_message(data, max_depth, JsonMessage)
     python = _lazy_python(data, max_depth, JsonMessage)
     assert (compiled is None) == (python is None)
     if compiled is not None:
@@ -54,7 +54,7 @@ def test_lazy_wraps_or_refuses_the_same_way_compiled_and_in_python(data: bytes, 
 
 
 def test_the_message_type_uses_the_compiled_wrapper() -> None:
-    assert _json._lazy_message is lazyjson.lazy_message
+    assert _json._lazy_message is jsonbody.lazy_message
     body = b'{"a":"[[[[","b":[1,[2]]}'  # more brackets than 3 counted, but 2 deep: the exact scan decides
     assert JsonMessageType().lazy(body, max_depth=3).get("/a") == "[[[["
     with pytest.raises(_json.MessageTooDeepError):
