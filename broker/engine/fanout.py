@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.engine.router import HeldMessage, Router, Subscription
+from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
 from broker.errors import BrokerError
 from broker.protocol import DeliveryBatch, DeliveryTemplate
 
@@ -290,15 +290,5 @@ def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:
 
 
 def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
-    """Whether ``message`` passes ``flt`` (no filter: yes; no message: no).
-
-    A filter that fails to evaluate on this message (a field of an unexpected type) counts as no match.
-    """
-    if message is None:
-        return False
-    if flt is None:
-        return True
-    try:
-        return bool(flt(message))
-    except BrokerError:
-        return False
+    """Whether ``message`` passes ``flt`` (no filter: yes; no message: no); see :func:`filter_passes`."""
+    return message is not None and filter_passes(flt, message)

@@ -18,10 +18,24 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.engine.pagination import Pagination, Window
 from broker.engine.topics import TopicPattern
+from broker.errors import BrokerError
 from broker.memo import Memo
 
 if TYPE_CHECKING:
     from broker.sow.record import SowRecord
+
+
+def filter_passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
+    """Whether ``message`` passes a subscription's compiled filter ``flt`` (no filter: yes).
+
+    A filter that fails to evaluate on this message (a field of an unexpected type) counts as no match.
+    """
+    if flt is None:
+        return True
+    try:
+        return bool(flt(message))
+    except BrokerError:
+        return False
 
 
 class HeldMessage(NamedTuple):

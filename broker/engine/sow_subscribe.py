@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from broker.engine.counters import OofCounts
 from broker.engine.pagination import ResultSet, Window
 from broker.engine.queries import QueryPlan, parse_options
-from broker.engine.router import Subscription
-from broker.errors import BrokerError, CommandError
+from broker.engine.router import Subscription, filter_passes
+from broker.errors import CommandError
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
 
@@ -89,15 +89,6 @@ class SowStart:
                                 rec.correlation_id or None, command="oof", reason="match")
             oof_counts.match += 1
         self.oofs = []
-
-
-def _test(flt: Callable[[Any], bool] | None, message: Any) -> bool:
-    if flt is None:
-        return True
-    try:
-        return bool(flt(message))
-    except BrokerError:
-        return False
 
 
 def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscribe: bool,
@@ -192,14 +183,14 @@ def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscri
             return rec.key in held_keys and (old_window[0] is None or topic.name == old_window[0].name)
     else:
         def held(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
-            return old.topic.matches(topic.name) and old.saw(rec) and _test(old.filter, msg)
+            return old.topic.matches(topic.name) and old.saw(rec) and filter_passes(old.filter, msg)
 
     new_window = set(sub.window.keys) if sub.window is not None else None
 
     def in_scope(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
         if new_window is not None:
             return rec.key in new_window
-        return sub.topic.matches(topic.name) and _test(sub.filter, msg)
+        return sub.topic.matches(topic.name) and filter_passes(sub.filter, msg)
 
     if sub.window is not None:
         part = plan.parts[0]
@@ -233,6 +224,6 @@ def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscri
         if not old.topic.matches(topic.name):
             continue
         with topic.storage.snapshot() as snap:
-            for rec, msg in topic.query(snap, predicate=lambda m: _test(old.filter, m), now_ns=plan.now_ns):
+            for rec, msg in topic.query(snap, predicate=lambda m: filter_passes(old.filter, m), now_ns=plan.now_ns):
                 if old.saw(rec) and not in_scope(topic, rec, msg):
                     start.oofs.append((topic.name, rec))
