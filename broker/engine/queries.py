@@ -21,6 +21,7 @@ from broker.engine.aggregate import AggregatePlan, aggregation_of
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
 from broker.messagetypes import top_level_name
+from broker.messagetypes._json import loads as json_loads
 from broker.sow.record import RECORD_HEAD, SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic, check_batch_size
@@ -167,7 +168,7 @@ class QueryPlan:
         needs_message = predicate is not None or self.order_by is not None
         sort_key = self.order_by.sort_key if self.order_by is not None else None
         now_ns = self.now_ns
-        loads, bad_json = orjson.loads, orjson.JSONDecodeError
+        loads, bad_json = json_loads, orjson.JSONDecodeError
         for part in self.parts:
             topic = part.topic
             lazy = topic.message_type.lazy
@@ -325,7 +326,7 @@ class JsonFields:
 
     A filter reads a message only through ``message.get(path)`` (and an OrderBy also through
     ``typed_values``). For a JSON topic whose filter and OrderBy read only top-level fields (``/grp``, not
-    ``/a/b``, ``/a[0]`` or ``/@x``), this answers ``get`` with one ``orjson.loads`` and one ``dict.get``: the
+    ``/a/b``, ``/a[0]`` or ``/@x``), this answers ``get`` with one ``orjson.loads`` (kept exact for integers wider than 64 bits) and one ``dict.get``: the
     same value :class:`broker.messagetypes.JsonMessage` gives (its one-step path resolution is that
     ``dict.get``, ``None`` when the document is not an object), at a third of the cost of its lazy wrapper,
     cache and path resolution, which were half of a filtered scan's time. A body ``orjson`` refuses, and any
@@ -346,7 +347,7 @@ class JsonFields:
     def __init__(self, data: bytes) -> None:
         self._data = data
         try:
-            self._doc: Any = orjson.loads(data)
+            self._doc: Any = json_loads(data)
         except orjson.JSONDecodeError:
             self._doc = _NONE
 

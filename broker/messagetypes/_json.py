@@ -79,15 +79,44 @@ def _lazy_python(data: Any, max_depth: int, message_class: Any) -> Any:
     return message_class(data)
 
 
+#: Digits become ``0``, ``-`` stays, anything else is a space: :func:`_wide_integer` looks for runs in the result.
+_DIGIT_RUNS = bytes(b if b == 0x2D else 0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+
+
+def _wide_integer(data: bytes) -> bool:
+    """Whether ``data`` has a run of 20 digits, or of 19 after a ``-``: an integer literal that may be beyond what
+    orjson keeps exact (-2**63 .. 2**64-1; it turns wider ones into floats), or digits in a string or a fraction
+    (then the exact parse agrees with orjson). A nanosecond timestamp (19 digits) is not wide."""
+    runs = data.translate(_DIGIT_RUNS)
+    return b"0" * 20 in runs or b"-" + b"0" * 19 in runs
+
+
+def _loads_python(data: Any) -> Any:
+    """``orjson.loads(data)`` with integers wider than 64 bits kept exact: a body that may hold one is parsed again
+    by the standard library (unless it nests too deep for it). Raises what ``orjson.loads`` raises. The reference
+    for the compiled :func:`broker.speedups.jsonbody.loads`."""
+    doc = orjson.loads(data)
+    if type(data) is bytes and _wide_integer(data):
+        try:
+            return json.loads(data)
+        except RecursionError:
+            return doc
+    return doc
+
+
+#: :func:`_loads_python`, compiled when built: every decode of a stored or published JSON body goes through it.
+loads = _jsonbody.loads if _jsonbody is not None else _loads_python
+
+
 def _loads(data: bytes) -> Any:
     try:
-        return orjson.loads(data)
+        return loads(data)
     except orjson.JSONDecodeError as exc:
         first = exc
     if "depth" in str(first):  # orjson stops at 1,024 levels; the recursive stdlib parser must not try
         raise MessageParseError("json", str(first)) from None
-    # orjson refuses integers wider than 64 bits, which JSON allows; the stdlib parser accepts them but
-    # must not accept the non-JSON constants NaN/Infinity.
+    # orjson refuses some text JSON allows (an escaped lone surrogate such as "\ud800"); the stdlib parser
+    # accepts it but must not accept the non-JSON constants NaN/Infinity.
     try:
         return json.loads(data, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
@@ -97,7 +126,7 @@ def _loads(data: bytes) -> Any:
 def _dumps(doc: Any) -> bytes:
     try:
         return orjson.dumps(doc)
-    except TypeError:  # integers wider than 64 bits (accepted by _loads) are beyond orjson
+    except TypeError:  # integers wider than 64 bits (kept exact by _loads) are beyond orjson
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -178,7 +207,7 @@ class JsonMessage(Message):
         doc = self._doc
         if doc is _UNPARSED:
             try:
-                doc = orjson.loads(self.data)
+                doc = loads(self.data)
             except orjson.JSONDecodeError:
                 try:
                     doc = _loads(self.data)

@@ -6,9 +6,11 @@ and the plain-topic wrapper (:meth:`JsonMessageType.lazy <broker.messagetypes._j
 
 :func:`parse_object` decodes a publish's JSON object body in one call: the nesting bound checked by counting
 brackets in C, ``orjson.loads``, the top-level check and the message built. Anything else (a body with more
-brackets than the bound, which needs the exact depth scan; text orjson refuses, such as integers wider than 64
-bits; a top level that is not an object; a body that is not ``bytes``) answers ``None``, and the caller's
-pure-Python code decides, with its own results and errors.
+brackets than the bound, which needs the exact depth scan; text orjson refuses; a body that may hold an integer
+wider than 64 bits, which orjson would turn into a float; a top level that is not an object; a body that is not
+``bytes``) answers ``None``, and the caller's pure-Python code decides, with its own results and errors.
+
+:func:`loads` is ``orjson.loads`` kept exact for integers wider than 64 bits (twin ``_json._loads_python``).
 
 :func:`lazy_message` wraps a publish body to a topic without a SOW undecoded, ``message_class(data)``, when it is
 ``bytes`` within the same bracket bound; anything else answers ``None`` for the pure-Python code.
@@ -16,10 +18,34 @@ pure-Python code decides, with its own results and errors.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
+import json
+
 import orjson
 
 cdef object _loads = orjson.loads
+cdef object _std_loads = json.loads
 cdef object _JSONDecodeError = orjson.JSONDecodeError
+
+
+cdef bint _wide(bytes data):
+    """Whether ``data`` has a run of 20 digits, or of 19 after a ``-``: an integer literal that may be beyond
+    what orjson keeps exact (-2**63 .. 2**64-1), or digits in a string or a fraction (then the exact parse
+    agrees with orjson). A nanosecond timestamp (19 digits) is not wide. Every 19th byte is looked at: any 19
+    consecutive bytes hold one of them, and only a run through a digit seen there is measured."""
+    cdef const char *p = PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), i, s, e
+    for i in range(0, n, 19):
+        if not (b'0' <= p[i] <= b'9'):
+            continue
+        s = i
+        while s > 0 and b'0' <= p[s - 1] <= b'9':
+            s -= 1
+        e = i + 1
+        while e < n and b'0' <= p[e] <= b'9':
+            e += 1
+        if e - s >= 20 or (e - s == 19 and s > 0 and p[s - 1] == b'-'):
+            return True
+    return False
 
 
 cdef bint _within_bound(bytes data, Py_ssize_t max_depth):
@@ -37,11 +63,24 @@ cdef bint _within_bound(bytes data, Py_ssize_t max_depth):
     return brackets <= max_depth
 
 
+def loads(data):
+    """``orjson.loads(data)``, with integers wider than 64 bits kept exact (orjson turns them into floats): a
+    body that may hold one (see ``_wide``) is parsed again by the standard library, unless it nests too deep
+    for it. Raises what ``orjson.loads`` raises."""
+    doc = _loads(data)
+    if type(data) is bytes and _wide(data):
+        try:
+            return _std_loads(data)
+        except RecursionError:
+            return doc
+    return doc
+
+
 def parse_object(data, Py_ssize_t max_depth, message_class):
     """``message_class(data, doc)`` for a ``bytes`` body that holds a JSON object with at most ``max_depth``
     brackets (``-1``: no bound), or ``None`` for the pure-Python code to decide (see the module docstring).
     """
-    if type(data) is not bytes or not _within_bound(data, max_depth):
+    if type(data) is not bytes or not _within_bound(data, max_depth) or _wide(data):
         return None
     try:
         doc = _loads(data)

@@ -26,6 +26,7 @@ SOW = """
 <Topic><Name>atomic</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
 <Topic><Name>del</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
 <Topic><Name>delta</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
+<Topic><Name>wide</Name><MessageType>json</MessageType><Key>/id</Key><FileName>./sow/%n.sow</FileName></Topic>
 """
 TXLOG = """
 <JournalDirectory>./journal</JournalDirectory>
@@ -379,6 +380,25 @@ def test_delta_publish_merges_and_delivers_the_merged_record(sow_broker, client_
         merged,
         {"id": 2, "name": "new"},
     ]
+
+
+def test_integers_wider_than_64_bits_are_distinct_keys_and_stay_exact(sow_broker, client_factory,
+                                                                       make_collector) -> None:
+    """Ids that differ only past a float's precision: two records, each found by its own filter, merged exactly."""
+    a, b = 123456789012345678901234567890, 123456789012345678901234567891
+    c = client_factory(sow_broker.uri)
+    live = make_collector()
+    c.subscribe(live, "wide", f"/id = {b}")
+    c.publish("wide", f'{{"id": {a}, "v": 1}}')
+    c.publish("wide", f'{{"id": {b}, "v": 2}}')
+    c.delta_publish("wide", f'{{"id": {b}, "w": 3}}')
+    c.publish_flush(5000)
+    assert sorted(m["data"] for m in query(c, "wide") if m["command"] == "sow") == [
+        f'{{"id": {a}, "v": 1}}', f'{{"id":{b},"v":2,"w":3}}']
+    assert [m["data"] for m in query(c, "wide", filter=f"/id = {a}") if m["command"] == "sow"] == [
+        f'{{"id": {a}, "v": 1}}']
+    live.wait_for(2)
+    assert live.data() == [f'{{"id": {b}, "v": 2}}', f'{{"id":{b},"v":2,"w":3}}']
 
 
 # -- raw frames (for what the official client cannot send) -------------------------------------------

@@ -108,9 +108,28 @@ def test_top_level_non_object() -> None:
     assert JSON.parse(b'{"a": 1}', keyed=True).get("/a") == 1
 
 
-def test_integers_wider_than_64_bits() -> None:
-    big = 2**70
-    assert JSON.parse(f'{{"n": {big}}}'.encode()).get("/n") == big
+#: Integers beyond what orjson keeps exact (-2**63 .. 2**64-1), none of them a float's exact value.
+WIDE = [2**70 + 1, -(2**63) - 1, 123456789012345678901234567890, 10**40 + 7]
+
+
+@pytest.mark.parametrize("big", WIDE)
+def test_integers_wider_than_64_bits_stay_exact(big: int) -> None:
+    body = f'{{"n": {big}, "ts": 1795536244740404493, "s": "{big}"}}'.encode()
+    for message in (JSON.parse(body), JSON.parse(body, keyed=True), JSON.lazy(body)):
+        assert message.get("/n") == big and type(message.get("/n")) is int
+        assert message.get("/ts") == 1795536244740404493
+        assert message.get("/s") == str(big)
+    assert JSON.merge(body, b'{"v": 2}') == f'{{"n":{big},"ts":1795536244740404493,"s":"{big}","v":2}}'.encode()
+    assert JSON.merge(b'{"n": 1}', body).startswith(f'{{"n":{big},'.encode())
+    assert JSON.diff(b'{"n": 1}', body) .startswith(f'{{"n":{big},'.encode())
+
+
+@settings(max_examples=300)
+@given(st.integers(min_value=-(2**80), max_value=2**80), st.booleans())
+def test_every_integer_is_read_as_written(n: int, lazy: bool) -> None:
+    body = orjson.dumps({"n": 0})[:-2] + str(n).encode() + b"}"
+    message = JSON.lazy(body) if lazy else JSON.parse(body, keyed=True)
+    assert message.get("/n") == n and type(message.get("/n")) is int
 
 
 def test_unicode_fields() -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import broker_plugins.keygen.default as default_keygen
 from broker import speedups
 from broker.messagetypes import JsonMessage, get_message_type
+from broker.messagetypes._json import _loads_python
 from broker.sow.keys import KeySpec
 
 jsonbody = speedups.load("jsonbody")
@@ -57,9 +58,33 @@ def test_a_keyed_parse_is_the_same_compiled_and_in_python(body: bytes, max_depth
             "ok", (compiled.data, compiled.document))
 
 
+@settings(max_examples=400)
+@given(body=BODIES | VALUES.map(lambda v: json.dumps(v).encode()) | st.text(max_size=30))
+def test_loads_is_the_same_compiled_and_in_python_and_exact(body: bytes | str) -> None:
+    compiled, python = outcome(jsonbody.loads, body), outcome(_loads_python, body)
+    assert repr(compiled) == repr(python)  # repr: an int and the float of the same value differ
+    if compiled[0] == "ok" and isinstance(body, bytes):
+        assert repr(compiled[1]) == repr(json.loads(body))  # what orjson accepts, read as the stdlib reads it
+
+
+@settings(max_examples=400)
+@given(pad=st.text(alphabet="a0-", max_size=40), n=st.integers(min_value=-(10**21), max_value=10**21),
+       digits=st.text(alphabet="0123456789", max_size=25))
+def test_integers_at_any_offset_are_read_exactly(pad: str, n: int, digits: str) -> None:
+    """The compiled check looks at every 19th byte: a wide integer anywhere in the body is still found."""
+    body = json.dumps({"pad": pad, "n": n, "digits": digits, "m": [n, -n]}).encode()
+    assert repr(jsonbody.loads(body)) == repr(json.loads(body)) == repr(_loads_python(body))
+    message = jsonbody.parse_object(body, -1, JsonMessage)
+    assert message is None or repr(message.document) == repr(json.loads(body))
+
+
 def test_what_the_compiled_parse_leaves_to_python() -> None:
-    wide = b'{"id": 123456789012345678901234567890}'  # whatever orjson makes of it, both make the same
+    wide = b'{"id": 123456789012345678901234567890}'  # orjson would make a float of it: Python decides
+    assert jsonbody.parse_object(wide, -1, JsonMessage) is None
     assert outcome(JSON.parse, wide, keyed=True) == outcome(JSON._parse_python, wide, keyed=True)
+    assert JSON.parse(wide, keyed=True).get("/id") == 123456789012345678901234567890
+    nanoseconds = b'{"ts": 1795536244740404493, "neg": -922337203685477580}'  # within 64 bits: compiled
+    assert jsonbody.parse_object(nanoseconds, -1, JsonMessage).document == json.loads(nanoseconds)
     assert jsonbody.parse_object(b"[1]", 64, JsonMessage) is None
     assert jsonbody.parse_object(bytearray(b"{}"), 64, JsonMessage) is None
     assert jsonbody.parse_object(b'{"a":[[{}]]}', 3, JsonMessage) is None  # 4 brackets: the exact scan decides
