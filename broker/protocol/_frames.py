@@ -451,7 +451,7 @@ class DeliveryRun:
             UnicodeDecodeError: ``k`` or ``x`` is not UTF-8 (as decoding it for :class:`DeliveryTemplate`).
         """
         heads = self._heads
-        head = heads[topic] if topic in heads else self._head(topic)
+        head = heads[topic] if topic in heads else self.head(topic)
         if head is None or x and _NOT_PLAIN.search(x) or k and not k.isalnum() and _NOT_PLAIN.search(k):
             return DeliveryTemplate("p", topic, body, bm=f"{self.bookmark_prefix}{sequence}|", k=k.decode() or None,
                                     x=x.decode() or None).frame(self.sids)
@@ -465,7 +465,9 @@ class DeliveryRun:
             raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix")
         return b"".join((_LEN.pack(size), header, body))
 
-    def _head(self, topic: str) -> bytes | None:
+    def head(self, topic: str) -> bytes | None:
+        """The start of the frames of ``topic``, up to the bookmark's sequence; ``None`` when it is not plain (the
+        frames then come from :class:`DeliveryTemplate`)."""
         head = None
         values = (topic + self.sids + self.bookmark_prefix).encode("utf-8", "surrogatepass")
         if not _NOT_PLAIN.search(values):

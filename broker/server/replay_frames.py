@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from broker import speedups
 from broker.errors import BrokerError, JournalError
 from broker.protocol import DeliveryRun
 from broker.txlog import Command, Record
+from broker.txlog.records import CorruptRecord, decode_run
 
 #: Records the first chunk reads: small, so the first frames go out at once.
 FIRST_CHUNK_RECORDS = 64
@@ -49,6 +51,10 @@ class Delivery(NamedTuple):
     frame: bytes | None
 
 
+#: The compiled read loop (twin of :func:`~broker.txlog.records.decode_run` with a :class:`FrameMaker`), or ``None``.
+_replayframes = speedups.load("replayframes")
+
+
 class FrameMaker:
     """Builds a record's :class:`Delivery` from the reader's buffer (a
     :data:`~broker.txlog.records.RecordMaker`; called in the worker thread).
@@ -59,9 +65,11 @@ class FrameMaker:
     """
 
     def __init__(self, run: DeliveryRun, matches: Callable[[str], Any]) -> None:
+        self._run = run
         self._frame = run.frame
         self._matches = matches
         self._topics: dict[str, bool] = {}
+        self._compiled = _replayframes.FrameRun(self, Delivery, decode_run) if _replayframes is not None else None
 
     def __call__(self, buf: bytes, sequence: int, timestamp_ns: int, command: Command, topic: str, key_start: int,
                  key_length: int, corr_start: int, corr_length: int, end: int) -> Delivery:
@@ -73,6 +81,23 @@ class FrameMaker:
         data = corr_start + corr_length
         return _new(Delivery, (sequence, timestamp_ns, self._frame(
             topic, buf[data:end], sequence, buf[key_start : key_start + key_length], buf[corr_start:data])))
+
+    def decode_run(self, buf: bytes, pos: int, base: int, most: int = -1
+                   ) -> tuple[list[Delivery], list[int], int, CorruptRecord | None]:
+        """``decode_run(buf, pos, base, most, self)``, in one compiled loop when
+        :mod:`broker.speedups.replayframes` is built (the reader calls this for each read buffer)."""
+        if self._compiled is not None:
+            return self._compiled.run(buf, pos, base, most)
+        return decode_run(buf, pos, base, most, self)
+
+    def topic_state(self, raw: bytes) -> bytes | bool | None:
+        """For the compiled loop, a topic (as stored, valid UTF-8): ``False`` when the subscription does not get
+        it, the header of its frames up to the bookmark's sequence when they are plain, else ``None``."""
+        topic = raw.decode()
+        ok = self._topics.get(topic)
+        if ok is None:
+            ok = self._topics[topic] = bool(self._matches(topic))
+        return self._run.head(topic) if ok else False
 
 
 @dataclass(slots=True)

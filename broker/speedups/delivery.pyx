@@ -8,7 +8,9 @@ arbitrary input); a message whose values are not plain goes to the Python ``fall
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memcpy
+from libc.stdint cimport uint8_t
+
+from broker.speedups.cbytes cimport plain_bytes, put
 
 from broker.errors import LocalProtocolError
 
@@ -22,21 +24,10 @@ cdef Py_ssize_t MAX_PAYLOAD = 0xFFFFFFFF
 
 cdef inline bint _plain(object value, const char** data, Py_ssize_t* size) except -1:
     """Whether ``value`` is a str of printable ASCII without ``"``, ``\\``, ``[``, ``{`` (``_is_plain``)."""
-    cdef Py_ssize_t i
-    cdef unsigned char c
     if type(value) is not str or not PyUnicode_IS_ASCII(value):
         return False
     data[0] = PyUnicode_AsUTF8AndSize(value, size)
-    for i in range(size[0]):
-        c = <unsigned char>data[0][i]
-        if c < 0x20 or c > 0x7e or c == 0x22 or c == 0x5c or c == 0x5b or c == 0x7b:
-            return False
-    return True
-
-
-cdef inline char* _put(char* out, const char* text, Py_ssize_t n):
-    memcpy(out, text, n)
-    return out + n
+    return plain_bytes(<const uint8_t *>data[0], size[0])
 
 
 def parts(str topic, list messages, fallback):
@@ -69,9 +60,9 @@ def parts(str topic, list messages, fallback):
     if _plain(topic, &tdata, &tsize):
         head = PyBytes_FromStringAndSize(NULL, 14 + tsize + 9)
         out = PyBytes_AS_STRING(head)
-        out = _put(out, b'{"c":"p","t":"', 14)
-        out = _put(out, tdata, tsize)
-        _put(out, b'","sids":', 9)
+        out = put(out, b'{"c":"p","t":"', 14)
+        out = put(out, tdata, tsize)
+        put(out, b'","sids":', 9)
     for one in messages:
         body = one[0]
         plain = head is not None and type(body) is bytes and PyBytes_GET_SIZE(body) <= MAX_PAYLOAD
@@ -91,8 +82,8 @@ def parts(str topic, list messages, fallback):
         out = PyBytes_AS_STRING(tail)
         for i in range(3):
             if vsize[i] >= 0:
-                out = _put(out, names[i], name_sizes[i])
-                out = _put(out, vdata[i], vsize[i])
+                out = put(out, names[i], name_sizes[i])
+                out = put(out, vdata[i], vsize[i])
                 out[0] = b'"'
                 out += 1
         out[0] = b'}'
@@ -124,8 +115,8 @@ def join(list parts, bytes quoted):
         out[2] = <char>((size >> 8) & 0xFF)
         out[3] = <char>(size & 0xFF)
         out += 4
-        out = _put(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head))
-        out = _put(out, PyBytes_AS_STRING(quoted), q)
-        out = _put(out, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))
-        out = _put(out, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+        out = put(out, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head))
+        out = put(out, PyBytes_AS_STRING(quoted), q)
+        out = put(out, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))
+        out = put(out, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
     return result

@@ -115,8 +115,10 @@ def iter_runs(f: BinaryIO, offset: int = 0, make: RecordMaker | None = None) -> 
     pos = 0
     base = offset
     chunk = FIRST_CHUNK  # a small first read: a replay's first records go out sooner
+    # A maker may decode whole buffers itself, with decode_run's results (a replay's compiled frames).
+    decode = getattr(make, "decode_run", None)
     while True:
-        records, offsets, pos, problem = decode_run(buf, pos, base, -1, make)
+        records, offsets, pos, problem = decode(buf, pos, base, -1) if decode else decode_run(buf, pos, base, -1, make)
         if records:
             yield offsets, records
         if problem is not None and not problem.truncated:
