@@ -9,17 +9,18 @@ run of one topic.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.engine.publish import DUPLICATE
 from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
 from broker.errors import BrokerError
 from broker.protocol import DeliveryBatch, DeliveryTemplate
 
 if TYPE_CHECKING:
     from broker.engine.counters import EngineCounters
-    from broker.engine.publish import RunMessage
+    from broker.engine.publish import PublishMessage, RunMessage
     from broker.sow.record import SowRecord
     from broker.sow.topic import SowTopic
 
@@ -63,8 +64,68 @@ class FanOut:
     counters: EngineCounters
     latency: Any
 
+    publisher_seq: dict[str, int]
+    publisher_expiration_ns: int
+
     if TYPE_CHECKING:
         def _count_topic(self, topic: str, received: int, delivered: int) -> None: ...
+
+        def _note_publisher(self, name: str, now_ns: int) -> None: ...
+
+    def _plain_run(self, client: Any, topic: str, messages: Sequence[PublishMessage], start: int, end: int,
+                   results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int) -> bool:
+        """Apply and deliver ``messages[start:end]`` to a topic without SOW or journal when no subscription decides
+        per message (no filter, delta or replay): what :meth:`~broker.engine.publish.Publishing._publish_run` and
+        :meth:`_deliver_run` do for such a run, without a ``RunMessage`` or a parsed message per publish (only the
+        depth check of ``lazy`` is kept). ``False``, with nothing done, when some subscription decides per message.
+
+        ``high`` is the publisher's highest ``s`` applied before (a message at or below it is a re-send).
+        """
+        candidates = self.router.candidates(topic)
+        plain = _plain_targets(candidates) if candidates else []
+        if plain is None:
+            return False
+        lazy = client.message_type.lazy if max_depth is not None else None
+        name = client.name
+        items: list[tuple[bytes, None, None, str | None]] = []
+        received = top = 0
+        for i in range(start, end):
+            _topic, body, _delta, seq, _key, x, _expiration = messages[i]
+            if seq and name and seq <= high:
+                results[i] = DUPLICATE
+                continue
+            received += 1
+            if lazy is not None:
+                try:
+                    lazy(body, max_depth=max_depth)
+                except BrokerError as exc:
+                    results[i] = exc
+                    continue
+            items.append((body, None, None, x or None))
+            if seq:
+                if seq > high:
+                    high = seq
+                if seq > top:
+                    top = seq
+        self.counters.messages_received += received
+        if not items:
+            return True
+        if top and name:  # only once applied: a publish that failed may be sent again
+            if top > self.publisher_seq.get(name, 0):
+                self.publisher_seq[name] = top
+            if self.publisher_expiration_ns:
+                self._note_publisher(name, now_ns)
+        delivered = 0
+        if plain:
+            batch = DeliveryBatch(topic, items)
+            for target, sids in plain:
+                target.send_batch(batch, sids)
+            delivered = len(plain) * len(items)
+            if self.latency is not None:
+                self.latency.observe((time.time_ns() - now_ns) / 1e9, delivered)
+        self.counters.messages_delivered += delivered
+        self._count_topic(topic, len(items), delivered)
+        return True
 
     def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
                      results: list[int | BrokerError], now_ns: int) -> None:

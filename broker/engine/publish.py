@@ -71,6 +71,9 @@ class PublishSteps:
         def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
                          results: list[int | BrokerError], now_ns: int) -> None: ...
 
+        def _plain_run(self, client: Any, topic: str, messages: Sequence[PublishMessage], start: int, end: int,
+                       results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int) -> bool: ...
+
     def _note_publisher(self, name: str, now_ns: int) -> None:
         """Mark a publisher active and, at most every quarter expiration, forget the inactive ones."""
         self._publisher_active[name] = now_ns
@@ -158,6 +161,9 @@ class PublishSteps:
             dedup = getattr(journal, "dedup", None)
             if dedup is not None:
                 high = max(high, dedup.highest_hash(client.name_hash))
+        if sow is None and not logged and self._plain_run(client, topic, messages, start, end, results, now_ns,
+                                                           max_depth, high):
+            return  # every subscription takes every message whole: one pass (broker/engine/fanout.py)
         run: list[RunMessage] = []
         if sow is not None:
             mt = sow.message_type
