@@ -111,12 +111,15 @@ def amps_oof(uri: str, topic: str, flt: str, batch_size: int, expected_updates: 
         finished = threading.Event()
         st = {"sow": 0, "publish": 0, "t_end": 0, "other": 0}
         latencies: list[int] = []
+        received: list[int] = []  # when each update arrived (the timeline of W3's latencies)
         oofs: list[str] = []
 
         def on_message(m: Any) -> None:
             cmd = m.get_command()
             if cmd == "publish":
-                latencies.append(time.time_ns() - int(m.get_data()[TS_SLICE]))
+                now = time.time_ns()
+                latencies.append(now - int(m.get_data()[TS_SLICE]))
+                received.append(now)
                 st["publish"] += 1
             elif cmd == "oof":
                 oofs.append(m.get_data())
@@ -145,7 +148,7 @@ def amps_oof(uri: str, topic: str, flt: str, batch_size: int, expected_updates: 
         conn.send(("ready", {"snapshot_records": st["sow"], "snapshot_s": (st["t_end"] - t0) / 1e9}))
         finished.wait(timeout)
         time.sleep(grace)  # anything arriving now would be a duplicate or a stray OOF
-        conn.send(("done", {"publishes": st["publish"], "latencies": latencies, "oofs": oofs,
+        conn.send(("done", {"publishes": st["publish"], "latencies": latencies, "received": received, "oofs": oofs,
                             "other": st["other"]}))
     except Exception:  # noqa: BLE001 - reported to the parent
         conn.send(("error", traceback.format_exc()[-1500:]))

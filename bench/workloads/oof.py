@@ -30,6 +30,50 @@ from bench.workers import Children, amps_oof
 TOPIC = "bench-oof"
 GRACE_S = 0.5
 BATCH_SIZE = 100
+#: The window of the latency timeline (seconds of send time; 10k updates at the full run's pace).
+WINDOW_S = 1.0
+#: The latency a window's worst update is compared with (issue 17's p99 target).
+SLOW_MS = 20.0
+
+
+def loop_thread_times(pid: int) -> tuple[float, float] | None:
+    """The broker's event-loop thread (its main thread): seconds on a CPU and seconds runnable but waiting
+    for one (``/proc/<pid>/task/<pid>/schedstat``, Linux), or ``None`` where that is not readable."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            on_cpu, waiting = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def latency_timeline(samples: list[tuple[int, int]]) -> dict[str, float | int]:
+    """Whether slow updates come in clusters (stalls) or spread out (queueing).
+
+    ``samples`` are ``(send time ns, latency ns)`` from every subscriber. Per window of :data:`WINDOW_S` of
+    send time: its worst latency. Returned: the windows, the share of them whose worst update took more than
+    :data:`SLOW_MS`, and the share of all slow updates that fall in the worst twentieth of the windows
+    (near 1: a few stalls make the tail; near 0.05: it is spread evenly).
+    """
+    if not samples:
+        return {}
+    first = min(t for t, _ in samples)
+    worst: dict[int, int] = {}
+    slow: dict[int, int] = {}
+    limit = SLOW_MS * 1e6
+    for sent, took in samples:
+        w = int((sent - first) / (WINDOW_S * 1e9))
+        if took > worst.get(w, -1):
+            worst[w] = took
+        if took > limit:
+            slow[w] = slow.get(w, 0) + 1
+    windows = len(worst)
+    ranked = sorted(slow.values(), reverse=True)
+    in_worst = sum(ranked[:max(1, windows // 20)])
+    total_slow = sum(ranked)
+    return {"windows": windows, "windows_over_slow": sum(1 for v in worst.values() if v > limit) / windows,
+            "slow_updates": total_slow, "slow_in_worst_twentieth": in_worst / total_slow if total_slow else 0.0,
+            "worst_window_max_ms": max(worst.values()) / 1e6}
 
 
 def plan_updates(records: int, updates: int, seed: int = 8,
@@ -69,6 +113,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         snaps = children.collect("ready", ctx.left())
         snap_usage = meter.stop()
         meter.start()
+        loop0 = loop_thread_times(ctx.broker.pid)
         ticks = machine_ticks()
         publish = client.publish  # type: ignore[attr-defined]
         t0 = time.perf_counter()
@@ -86,10 +131,12 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         dones = children.collect("done", ctx.left())
         usage = meter.stop()
         busy = machine_busy(ticks, machine_ticks())  # broker, publisher and subscribers share the cores
+        loop1 = loop_thread_times(ctx.broker.pid)
 
     who = f"{subscribers} subscriber{'s' if subscribers > 1 else ''}"
     per_sub = []
     latencies: list[int] = []
+    timeline: list[tuple[int, int]] = []
     for snap, done in zip(snaps, dones, strict=True):
         oof_ids = [orjson.loads(d)["id"] for d in done["oofs"]]
         per_sub.append({
@@ -100,6 +147,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
                       and done["other"] == 0),
         })
         latencies.extend(done["latencies"])
+        timeline.extend(zip(done["received"], done["latencies"], strict=True))
     exact = all(p["exact"] for p in per_sub)
     late.sort()
     pub_late = {"p50_ms": late[len(late) // 2] * 1000, "p99_ms": late[int(len(late) * 0.99)] * 1000,
@@ -117,14 +165,24 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         "summary": (f"OOF {sum(p['oof_received'] for p in per_sub):,}/{len(leave_set) * subscribers:,} "
                     + ("exactly once" if exact else "MISMATCH")
                     + (f"; cores {busy:.0%} busy" if busy is not None else "")
-                    + (f"; publisher late p99 {pub_late['p99_ms']:.1f} ms" if pub_late else "")),
+                    + (f"; publisher late p99 {pub_late['p99_ms']:.1f} ms" if pub_late else "")
+                    + (f"; event loop {(loop1[0] - loop0[0]) / u * 1e6:.0f} us/update"
+                       if loop0 is not None and loop1 is not None else "")),
     }
     snap_fig = Figure("broker", slowest * 1000, "ms", higher_is_better=False, cpu_s=snap_usage.cpu_s,
                       peak_rss_mb=snap_usage.peak_rss_mb,
                       detail={"per_subscriber_s": [p["snapshot_s"] for p in per_sub]})
+    detail: dict[str, object] = {"paced_at": s.oof_rate, "updates": u, "seconds": pub_s, "subscribers": subscribers,
+                                 "timeline": latency_timeline([(r - d, d) for r, d in timeline])}
+    if usage.cpu_s is not None:
+        detail["broker_cpu_us_per_update"] = round(usage.cpu_s / u * 1e6, 1)
+    if loop0 is not None and loop1 is not None:
+        # The event loop's thread alone (the broker's other threads: LevelDB's compaction, the journal's fsync).
+        detail["loop_cpu_s"] = round(loop1[0] - loop0[0], 3)
+        detail["loop_cpu_us_per_update"] = round((loop1[0] - loop0[0]) / u * 1e6, 1)
+        detail["loop_waiting_for_cpu_s"] = round(loop1[1] - loop0[1], 3)
     upd_fig = Figure("broker", u / pub_s, "upd/s", latency=Latency.from_ns(latencies), cpu_s=usage.cpu_s,
-                     peak_rss_mb=usage.peak_rss_mb,
-                     detail={"paced_at": s.oof_rate, "updates": u, "seconds": pub_s, "subscribers": subscribers})
+                     peak_rss_mb=usage.peak_rss_mb, detail=detail)
     scan = ctx.limits.get("plyvel scan")
     limit = None
     if scan is not None and scan.ok and scan.value:

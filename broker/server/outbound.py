@@ -205,6 +205,10 @@ class Flusher:
     def __init__(self) -> None:
         self._pending: list[Outbound] = []
         self._wake = trio.Event()
+        #: Set while a session applies one socket read's publishes: it writes the buffers they reached itself
+        #: when done (:meth:`flush`), so this task is not woken for them (a paced publisher's reads hold one
+        #: message each: a wake-up and a scheduler pass per message).
+        self.deferred = False
 
     @classmethod
     def current(cls) -> Flusher:
@@ -221,13 +225,17 @@ class Flusher:
         """Write ``outbound``'s queue in the next round."""
         pending = self._pending
         pending.append(outbound)
-        if len(pending) == 1:
+        if len(pending) == 1 and not self.deferred:
             self._wake.set()
+
+    def flush(self) -> None:
+        """Write every buffer handed over so far, now (one round, run by the caller)."""
+        pending, self._pending = self._pending, []
+        for outbound in pending:
+            outbound.flush_now()
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            pending, self._pending = self._pending, []
-            for outbound in pending:
-                outbound.flush_now()
+            self.flush()

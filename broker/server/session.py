@@ -38,7 +38,7 @@ from broker.protocol import (
     encode_sow_records,
 )
 from broker.security import AuthenticationRefused, Identity, LogonRequest
-from broker.server.outbound import Outbound, SlowClient
+from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
@@ -53,6 +53,8 @@ log = logging.getLogger("broker.session")
 
 _ids = itertools.count(1)
 
+#: The most bytes one socket read takes (its frames are applied together).
+READ_SIZE = 65536
 #: Bytes of query results queued before streaming waits for the client to read (at most half the
 #: client's outbound bound, so a large result never trips the bound of a client that reads).
 QUERY_WATERMARK = 4 * 1024 * 1024
@@ -332,13 +334,17 @@ class Session(PublishBatch):
 
     async def _reader(self) -> None:
         fd = socket_fd(self.stream)
+        flusher = Flusher.current() if fd is not None else None
+        drained = False  # the last read came back short: the socket was empty then
         while True:
             try:
-                data = await (read_some(fd, 65536) if fd is not None else self.stream.receive_some(65536))
+                data = await (read_some(fd, READ_SIZE, drained=drained) if fd is not None
+                              else self.stream.receive_some(READ_SIZE))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
                 return
+            drained = len(data) < READ_SIZE
             self.bytes_in += len(data)
             self.broker.counters.bytes_in += len(data)
             self._last_heard = trio.current_time()
@@ -352,7 +358,7 @@ class Session(PublishBatch):
                     frame = self.conn.next_event()
                     if frame is NEED_DATA:
                         if batch:
-                            self._publish_batch(batch)
+                            self._apply_batch(batch, flusher)
                             batch = []
                         if not self._reserve_input():
                             return
@@ -366,7 +372,7 @@ class Session(PublishBatch):
                         batch.append(frame)  # the hot path, without awaiting
                         continue
                     if batch:
-                        self._publish_batch(batch)
+                        self._apply_batch(batch, flusher)
                         batch = []
                     await self._dispatch(header, bytes(frame.body))
             except NotAmpsError as exc:
@@ -381,7 +387,20 @@ class Session(PublishBatch):
                 return
             finally:
                 if batch:  # the frames before a broken one, or before the end of the stream
-                    self._publish_batch(batch)
+                    self._apply_batch(batch, flusher)
+
+    def _apply_batch(self, batch: list[Any], flusher: Flusher | None) -> None:
+        """:meth:`_publish_batch`, then the outbound buffers it reached (acks, deliveries) written by this task
+        at once: one round of the :class:`Flusher` without waking it."""
+        if flusher is None:
+            self._publish_batch(batch)
+            return
+        flusher.deferred = True
+        try:
+            self._publish_batch(batch)
+        finally:
+            flusher.deferred = False
+            flusher.flush()
 
     def _reserve_input(self) -> bool:
         """Count the frame being received against the broker-wide budget; ``False``: it does not fit and

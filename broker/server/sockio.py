@@ -34,22 +34,33 @@ def socket_fd(stream: Any) -> int | None:
     return None
 
 
-async def read_some(fd: int, max_bytes: int) -> bytes:
+async def read_some(fd: int, max_bytes: int, *, drained: bool = False) -> bytes:
     """Up to ``max_bytes`` from the socket, waiting until some arrive; ``b""`` once the peer is gone.
 
-    Always yields to the scheduler once, so a client that never stops sending cannot starve other tasks.
+    Always yields to the scheduler once, so a client that never stops sending cannot starve other tasks:
+    by waiting until the socket is readable, or (when data was there at once) by a checkpoint after the read.
+
+    Args:
+        drained: The caller's last read came back short of ``max_bytes``, so the socket was empty then: wait
+            until it is readable before reading (a paced client's every read holds one message; this spares
+            each the ``read(2)`` that would fail with ``EAGAIN``, and the checkpoint after the wait).
     """
+    waited = drained
+    if drained:
+        await trio.lowlevel.wait_readable(fd)
     while True:
         try:
             data = os.read(fd, max_bytes)
         except BlockingIOError:
             await trio.lowlevel.wait_readable(fd)
+            waited = True
             continue
         except OSError as exc:
             if exc.errno in _GONE:
                 return b""
             raise trio.BrokenResourceError(f"socket read failed: {exc}") from exc
-        await trio.lowlevel.checkpoint()
+        if not waited:
+            await trio.lowlevel.checkpoint()
         return data
 
 

@@ -4,6 +4,7 @@ the client's writer. Over real socket pairs: order, completeness, the memory bud
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -116,3 +117,33 @@ async def test_a_peer_that_is_gone_ends_the_writer() -> None:
             await out.write_to(trio.SocketStream(a))
         nursery.cancel_scope.cancel()
     a.close()
+
+
+async def test_a_deferred_round_is_written_by_its_caller_without_waking_the_flusher() -> None:
+    """A session applying one read's publishes defers the flusher and then flushes itself: every frame is on
+    the socket when ``flush`` returns, before any other task ran."""
+    budget = MemoryBudget(0)
+    pairs = [trio.socket.socketpair() for _ in range(2)]
+    outs = [Outbound(1 << 20, budget) for _ in pairs]
+    async with trio.open_nursery() as nursery:
+        for out, (a, _b) in zip(outs, pairs, strict=True):
+            nursery.start_soon(out.write_to, trio.SocketStream(a))
+        await trio.testing.wait_all_tasks_blocked()
+        flusher = Flusher.current()
+        for step in range(20):
+            flusher.deferred = True
+            try:
+                for k, out in enumerate(outs):
+                    out.put(f"<{k}:{step}>".encode())
+            finally:
+                flusher.deferred = False
+                flusher.flush()
+            assert budget.output == 0  # written already: no task ran in between
+            for k, (_a, b) in enumerate(pairs):
+                assert os.read(b.fileno(), 100) == f"<{k}:{step}>".encode()  # there already: no wait
+        assert not flusher._wake.is_set()  # never woken for them
+        for out in outs:
+            out.close()
+    for a, b in pairs:
+        a.close()
+        b.close()

@@ -75,3 +75,26 @@ async def test_only_plain_socket_streams_take_the_fd_path() -> None:
     assert socket_fd(left) is None
     a.close()
     b.close()
+
+
+async def test_a_read_after_a_short_one_waits_first_and_is_still_a_checkpoint() -> None:
+    """``drained``: the socket was empty at the last read, so the next read waits until it is readable (one
+    ``read(2)``, no failed one) and that wait is the read's scheduling point."""
+    a, b = trio.socket.socketpair()
+    got: list[bytes] = []
+
+    async def reader() -> None:
+        got.append(await read_some(b.fileno(), 100, drained=True))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # waiting: nothing to read yet
+        await write_all(a.fileno(), b"one message")
+    assert got == [b"one message"]
+    await write_all(a.fileno(), b"already there")
+    with trio.testing.assert_checkpoints():
+        assert await read_some(b.fileno(), 100, drained=True) == b"already there"
+    a.close()
+    assert await read_some(b.fileno(), 100, drained=True) == b""
+    b.close()
