@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker import speedups
 from broker.engine.publish import DUPLICATE
 from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
 from broker.errors import BrokerError
+from broker.messagetypes import JsonMessageType
 from broker.protocol import DeliveryBatch, DeliveryTemplate
 
 if TYPE_CHECKING:
@@ -85,28 +87,10 @@ class FanOut:
         plain = _plain_targets(candidates) if candidates else []
         if plain is None:
             return False
-        lazy = client.message_type.lazy if max_depth is not None else None
-        name = client.name
-        items: list[tuple[bytes, None, None, str | None]] = []
-        received = top = 0
-        for i in range(start, end):
-            _topic, body, _delta, seq, _key, x, _expiration = messages[i]
-            if seq and name and seq <= high:
-                results[i] = DUPLICATE
-                continue
-            received += 1
-            if lazy is not None:
-                try:
-                    lazy(body, max_depth=max_depth)
-                except BrokerError as exc:
-                    results[i] = exc
-                    continue
-            items.append((body, None, None, x or None))
-            if seq:
-                if seq > high:
-                    high = seq
-                if seq > top:
-                    top = seq
+        mt, name = client.message_type, client.name
+        items, received, high, top = plain_items(messages, start, end, results, high, bool(name), DUPLICATE,
+                                                 mt.lazy if max_depth is not None else None, max_depth,
+                                                 type(mt) is JsonMessageType)
         self.counters.messages_received += received
         if not items:
             return True
@@ -322,6 +306,43 @@ class _OtherSids:
 
     oofs: list[str] = field(default_factory=list)
     deltas: list[str] = field(default_factory=list)
+
+
+def _plain_items(messages: Sequence[PublishMessage], start: int, end: int, results: list[int | BrokerError],
+                 high: int, named: bool, duplicate: int, lazy: Callable[..., Any] | None, max_depth: int | None,
+                 json_bodies: bool) -> tuple[list[tuple[bytes, None, None, str | None]], int, int, int]:
+    """The delivery items of a plain-topic run (``(body, None, None, x)`` each), the messages received, the
+    publisher's highest ``s`` and the run's highest ``s`` (:meth:`FanOut._plain_run`; twin
+    :mod:`broker.speedups.plainrun`, which leaves ``lazy`` out for a JSON body within the depth bound).
+
+    A message whose ``s`` is at most ``high`` (when the publisher is ``named``) is a re-send: ``duplicate`` in
+    ``results``; ``lazy`` (the depth check, ``None``: none) refuses a body with its error in ``results``.
+    """
+    items: list[tuple[bytes, None, None, str | None]] = []
+    received = top = 0
+    for i in range(start, end):
+        _topic, body, _delta, seq, _key, x, _expiration = messages[i]
+        if seq and named and seq <= high:
+            results[i] = duplicate
+            continue
+        received += 1
+        if lazy is not None:
+            try:
+                lazy(body, max_depth=max_depth)
+            except BrokerError as exc:
+                results[i] = exc
+                continue
+        items.append((body, None, None, x or None))
+        if seq:
+            if seq > high:
+                high = seq
+            if seq > top:
+                top = seq
+    return items, received, high, top
+
+
+#: The compiled twin of :func:`_plain_items` when built.
+plain_items = _plainrun.plain_items if (_plainrun := speedups.load("plainrun")) is not None else _plain_items
 
 
 def _plain_targets(candidates: tuple[Subscription, ...]) -> list[tuple[Client, str]] | None:

@@ -21,3 +21,17 @@ cdef inline char* put(char* out, const void* text, Py_ssize_t n) noexcept:
     """Copy ``n`` bytes to ``out``; the position after them."""
     memcpy(out, text, n)
     return out + n
+
+
+cdef inline bint brackets_within(const char *p, Py_ssize_t n, Py_ssize_t max_depth) noexcept:
+    """Whether the ``n`` bytes at ``p`` hold at most ``max_depth`` opening brackets (``[``, ``{``; ``-1``: no bound):
+    a JSON text that does is nested no deeper than that (one that does not may still be: an exact scan decides)."""
+    cdef Py_ssize_t i, brackets = 0
+    cdef char c
+    if max_depth < 0:
+        return True
+    for i in range(n):
+        c = p[i]
+        if c == b'[' or c == b'{':
+            brackets += 1
+    return brackets <= max_depth

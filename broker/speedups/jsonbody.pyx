@@ -18,6 +18,8 @@ wider than 64 bits, which orjson would turn into a float; a top level that is no
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
+from broker.speedups.cbytes cimport brackets_within
+
 import json
 
 import orjson
@@ -48,19 +50,10 @@ cdef bint _wide(bytes data):
     return False
 
 
-cdef bint _within_bound(bytes data, Py_ssize_t max_depth):
+cdef inline bint _within_bound(bytes data, Py_ssize_t max_depth):
     """Whether ``data`` has at most ``max_depth`` opening brackets (``-1``: no bound). More brackets than the
     bound do not mean the nesting is too deep: the caller's exact depth scan decides those."""
-    if max_depth < 0:
-        return True
-    cdef const char *p = PyBytes_AS_STRING(data)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), i, brackets = 0
-    cdef char c
-    for i in range(n):
-        c = p[i]
-        if c == b'[' or c == b'{':
-            brackets += 1
-    return brackets <= max_depth
+    return brackets_within(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), max_depth)
 
 
 def loads(data):

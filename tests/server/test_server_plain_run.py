@@ -1,7 +1,8 @@
 """A publish run to a topic without SOW or journal whose subscriptions all take every message whole goes through
-the fan-out's one pass (:meth:`FanOut._plain_run`): results, deliveries, counters and the publisher's highest
-``s`` are what the general per-message path gives, over re-sends, bodies nested too deep, correlation ids, no
-subscriber, and subscriptions of several clients."""
+the fan-out's one pass (:meth:`FanOut._plain_run`, its loop compiled or in Python): results, deliveries, counters
+and the publisher's highest ``s`` are what the general per-message path gives, over re-sends, bodies nested too
+deep (or with more brackets than the bound but not too deep), correlation ids, no subscriber, and subscriptions of
+several clients."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from engine_fakes import Client, broker_from
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from broker import speedups
+from broker.engine import fanout
 from broker.engine.publish import PublishMessage
 from broker.server.kernel import Broker
 
@@ -34,9 +37,17 @@ class Recorder(Client):
         self.got.append((command, topic, sids, body, bm or None, k or None, x or None))
 
 
-@pytest.fixture
-def brokers(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, Broker]]:
-    """The same broker twice: the second without the one-pass path (the reference)."""
+@pytest.fixture(params=["compiled", "pure-python"])
+def brokers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, Broker]]:
+    """The same broker twice: the second without the one-pass path (the reference); the one pass with its
+    compiled loop (broker/speedups/plainrun.pyx) or the pure-Python one."""
+    if request.param == "compiled":
+        if speedups.load("plainrun") is None:
+            pytest.skip("broker.speedups is not built")
+        monkeypatch.setattr(fanout, "plain_items", speedups.load("plainrun").plain_items)
+    else:
+        monkeypatch.setattr(fanout, "plain_items", fanout._plain_items)
     one = broker_from(CONFIG, tmp_path_factory.mktemp("fast"), monkeypatch)
     two = broker_from(CONFIG, tmp_path_factory.mktemp("general"), monkeypatch)
     fast, general = next(one), next(two)
@@ -46,7 +57,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFa
         next(gen, None)
 
 
-BODIES = st.sampled_from([{"a": 1}, {"a": [[[[1]]]]}, [1, 2], "text"]).map(lambda v: json.dumps(v).encode())
+BODIES = (st.sampled_from([{"a": 1}, {"a": [[[[1]]]]}, [1, 2], "text", {"s": "[[[[["}, [[[], []]]])
+          .map(lambda v: json.dumps(v).encode()) | st.binary(max_size=8))
 MESSAGES = st.lists(st.tuples(st.sampled_from(["plain", "other"]), BODIES, st.one_of(st.none(), st.integers(1, 8)),
                               st.sampled_from([None, "", "cid-1"])), max_size=12)
 
