@@ -194,10 +194,11 @@ class PublishSteps:
                     continue
                 msg = parse(body, keyed=True, max_depth=max_depth)
                 key = key_for(msg, user_key)
+                kb = key.encode()
                 previous = latest.get(key)
                 expired = None
                 if previous is None:
-                    previous = get(key)
+                    previous = get(key, kb)
                     if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
                         expired = previous  # not swept yet: its holders get the oof before this message
                         previous = None
@@ -213,7 +214,7 @@ class PublishSteps:
             except BrokerError as exc:
                 results[i] = exc
                 continue
-            one = RunMessage(i, body, msg, key, previous, seq or 0, x, expire_at, delta, expired)
+            one = RunMessage(i, body, msg, key, previous, seq or 0, x, expire_at, delta, expired, kb)
             run.append(one)
             latest[key] = one.record = SowRecord(key, body, now_ns + i, 0, expire_at, "", x)
             if seq and seq > high:
@@ -236,10 +237,21 @@ class PublishSteps:
                     one.record.bookmark = one.bm
                 seq += 1
         if sow is not None:
+            # The stored values, and the keys that had no record (an expired one not swept yet still has one).
+            records: list[SowRecord] = []
+            puts: list[tuple[bytes, bytes]] = []
+            inserts = new_keys = 0
+            for one in run:
+                record = one.record
+                records.append(record)  # type: ignore[arg-type]
+                puts.append((one.kb, record.encode()))  # type: ignore[union-attr]
+                if one.previous is None:
+                    inserts += 1
+                    new_keys += one.expired is None
             if logged:
                 fault_point("sow-before-write", len(run))  # the run's journal records appended (held), SOW not written
             try:
-                sow.upsert_many([one.record for one in run], sum(1 for one in run if one.previous is None))
+                sow.upsert_many(records, inserts, new_keys=new_keys, puts=puts)
             except BaseException as exc:
                 if logged:
                     journal.retract(first)  # type: ignore[union-attr]
@@ -267,8 +279,8 @@ class PublishSteps:
         journal: Any = self.journal
         while run:
             # Each message its own timestamp (the batch's time plus its position): versions stay distinct.
-            entries = [(_DELTA if one.delta else _PUBLISH, one.body, one.key.encode() if one.key else b"", one.seq,
-                        one.x.encode(), one.expire_at, now_ns + one.index) for one in run]
+            entries = [(_DELTA if one.delta else _PUBLISH, one.body, one.kb, one.seq, one.x.encode(), one.expire_at,
+                        now_ns + one.index) for one in run]
             try:
                 return journal.append_many(topic, entries, publisher_hash=client.name_hash, message_type=message_type,
                                            held=held)
@@ -315,6 +327,8 @@ class RunMessage:
     delta: bool
     #: The record it replaces had expired but was not swept: its holders get an ``expired`` oof first.
     expired: SowRecord | None
+    #: ``key`` encoded (``b""``: not a SOW topic).
+    kb: bytes = b""
     #: The SOW record written (``None``: not a SOW topic).
     record: SowRecord | None = None
     #: Its journal sequence and bookmark (0 and ``None``: not logged).

@@ -29,7 +29,7 @@ order) then found almost nothing (2.5% hits), as the generation turned over befo
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from broker.sow.storage import Snapshot, Storage
@@ -163,12 +163,26 @@ class CachedStorage(Storage):
             self._forget([k for k, _v in put_list])
             self._forget(delete_list)
             raise
-        if not self.max_bytes:
-            return
+        if self.max_bytes:
+            self._remember((*put_list, *((k, None) for k in delete_list)) if delete_list else put_list)
+
+    def write_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """:meth:`write` of a batch of publishes, whose keys the caller read through :meth:`get` (so ``new_keys``,
+        the distinct keys without a record, is exact): the engine is told the count, with no per-key map."""
+        try:
+            self.inner.write_puts(puts, new_keys)
+        except BaseException:
+            self._forget([k for k, _v in puts])
+            raise
+        if self.max_bytes:
+            self._remember(puts)
+
+    def _remember(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Hold ``pairs`` just written (``None``: deleted) as the most recently used, within the bound."""
         lru = self._lru
         pop = lru.pop
         size = self._bytes
-        for key, value in (*put_list, *((k, None) for k in delete_list)) if delete_list else put_list:
+        for key, value in pairs:
             was = pop(key, _MISS)  # re-inserted at the end: the most recently used
             if was is not _MISS:
                 size -= len(key) + (len(was) if was is not None else 0) + ENTRY_OVERHEAD

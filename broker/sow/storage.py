@@ -8,7 +8,7 @@ are ordered bytewise. The SOW engine batches the writes of one engine step into 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -91,6 +91,13 @@ class Storage(abc.ABC):
         caller just made: the SOW's cache of hot records, :mod:`broker.sow.cache`). An engine that keeps a
         record count can use it instead of reading those keys again; this default ignores it."""
         self.write(puts, deletes)
+
+    def write_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """:meth:`write` of puts only (a batch of publishes), told that ``new_keys`` of the distinct keys in
+        ``puts`` hold no record before the write (the caller read every one of them: the SOW's previous-record
+        reads). An engine that keeps a record count can add ``new_keys`` instead of reading the keys again, with
+        no per-key bookkeeping; this default ignores it."""
+        self.write(puts)
 
     @abc.abstractmethod
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:

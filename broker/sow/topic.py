@@ -103,13 +103,13 @@ class SowTopic:
         return lookup_keys(self.key_generator, self.key_fields, alternatives)
 
     # -- writes --------------------------------------------------------------------------------------
-    def get(self, key: str) -> SowRecord | None:
-        """The record stored under ``key``, or ``None``.
+    def get(self, key: str, kb: bytes | None = None) -> SowRecord | None:
+        """The record stored under ``key`` (``kb``: the key encoded, when the caller has it), or ``None``.
 
         A record past its expiration is still returned until the sweeper removes it: callers that care
         compare :attr:`SowRecord.expire_at_ns` with the time (as publishes and queries do).
         """
-        value = self.storage.get(key.encode())
+        value = self.storage.get(key.encode() if kb is None else kb)
         if value is None:
             return None
         return SowRecord.decode(key, value)
@@ -128,15 +128,28 @@ class SowTopic:
             heapq.heappush(self._expiry_heap, (record.expire_at_ns, record.key))
         return UpsertResult(record, previous)
 
-    def upsert_many(self, records: Sequence[SowRecord], inserts: int) -> None:
+    def upsert_many(self, records: Sequence[SowRecord], inserts: int, *, new_keys: int | None = None,
+                    puts: list[tuple[bytes, bytes]] | None = None) -> None:
         """Store ``records`` in one storage write (all or none): a batch of publishes. A key may appear more
         than once (the last record wins); ``inserts`` of them are new keys, the others update.
+
+        Args:
+            records: The records, in order.
+            inserts: How many count as inserts in the topic's statistics.
+            new_keys: How many distinct keys hold no record before the write, when the caller read every key
+                through :meth:`get` (the publish path): the storage is told the count
+                (:meth:`Storage.write_puts`) instead of working it out per key. ``None``: not known.
+            puts: Each record's ``(key, stored value)`` when the caller has encoded them already.
 
         Raises:
             StorageError: the write failed; nothing was stored.
         """
-        puts = [(rec.key.encode(), rec.encode()) for rec in records]
-        self.storage.write(puts=puts)
+        if puts is None:
+            puts = [(rec.key.encode(), rec.encode()) for rec in records]
+        if new_keys is None:
+            self.storage.write(puts=puts)
+        else:
+            self.storage.write_puts(puts, new_keys)
         if self.history is not None:
             for rec, (_key, value) in zip(records, puts, strict=True):
                 self.history.record(rec.key, rec.timestamp_ns, value)

@@ -54,7 +54,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -427,6 +427,20 @@ class LevelDBStorage(Storage):
         self._count += delta
         self._writes += 1
 
+    def write_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """:meth:`write` of puts only, ``new_keys`` of their distinct keys absent before (a batch of publishes
+        through the SOW's cache, which read every key): one put loop, the record count moved by ``new_keys``."""
+        if len(puts) <= 1:  # one publish (a paced publisher): a put, no batch object
+            if puts:
+                self.write_known(puts, (), {puts[0][0]: not new_keys})
+            return
+        db = self._wdb
+        if db is None:
+            db = self._recover_or_raise()
+        self._probe = None
+        self._batch_puts(db, puts)
+        self._count += new_keys
+
     def _put_known(self, db: Any, put_list: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...],
                    existed: Mapping[bytes, bool]) -> bool:
         """Puts only, whether each key exists known (a batch of publishes through the SOW's cache): one check
@@ -440,18 +454,26 @@ class LevelDBStorage(Storage):
                 return False
             if not was:
                 new.add(key)
+        self._batch_puts(db, put_list)
+        self._count += len(new)
+        return True
+
+    def _batch_puts(self, db: Any, puts: Sequence[tuple[bytes, bytes]]) -> None:
+        """Write ``puts`` in one write batch (all or nothing)."""
         try:
             with db.write_batch(transaction=True, sync=self.sync) as batch:
                 put = batch.put
-                for key, value in put_list:
+                for key, value in puts:
                     put(key, value)
+        except TypeError:  # a key or value that is not bytes: nothing was written (a transaction)
+            for key, value in puts:
+                _check_bytes(key, value)
+            raise
         except plyvel.Error as exc:
             if isinstance(exc, plyvel.IOError):
                 self._write_failed(exc)
             raise _wrap(exc, self.path, "writing") from exc
-        self._count += len(new)
         self._writes += 1
-        return True
 
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop``, ascending.

@@ -33,19 +33,22 @@ class Client(OneByOne):
 
 
 class FailingWrites:
-    """Makes a storage's next ``write`` calls raise StorageError (as LevelDB on a full disk)."""
+    """Makes a storage's next writes (``write``, or ``write_puts``: a batch of publishes) raise StorageError (as
+    LevelDB on a full disk)."""
 
     def __init__(self, storage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.failures = 0
-        real = storage.write
+        for name in ("write", "write_puts"):
+            monkeypatch.setattr(storage, name, self._failing(getattr(storage, name)))
 
+    def _failing(self, real: Any) -> Any:
         def write(*args: Any, **kwargs: Any) -> None:
             if self.failures:
                 self.failures -= 1
                 raise StorageError("leveldb storage at 'x' failed while writing: IO error: No space left on device")
             real(*args, **kwargs)
 
-        monkeypatch.setattr(storage, "write", write)
+        return write
 
 
 def broker_from(config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:

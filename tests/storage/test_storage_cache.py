@@ -65,7 +65,7 @@ class FailNextWrite:
 
     def __init__(self, inner: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
         self.armed = False
-        for name in ("write", "write_known"):
+        for name in ("write", "write_known", "write_puts"):
             monkeypatch.setattr(inner, name, self._failing(getattr(inner, name)))
 
     def _failing(self, real: Any) -> Any:
@@ -308,3 +308,62 @@ def test_a_complete_cache_stays_exact_through_every_sow_path(tmp_path: Path) -> 
     assert sorted(k for k in keys if topic.get(k) is not None) == ["fresh", "k1", "k10", "k8", "new"]
     assert topic.count() == inner.count() == len(list(inner.scan())) == 5
     storage.close()
+
+
+_PUBLISHES = st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 11), st.binary(max_size=12)), min_size=1, max_size=6),
+                                st.booleans()), max_size=25)
+
+
+@pytest.mark.parametrize("engine", ["memory", "leveldb"])
+@settings(max_examples=40, deadline=None)
+@given(batches=_PUBLISHES, bound=st.sampled_from([0, 300, 1 << 20]), prefill=st.integers(0, 3))
+def test_batches_of_publishes_keep_the_records_and_the_count_exact(
+        engine: str, batches: list[tuple[list[tuple[int, bytes]], bool]], bound: int, prefill: int,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the publish path does per run (:meth:`CachedStorage.write_puts`): read every key, count the ones
+    without a record, write the batch with that count. Against a dict model, with writes that fail (nothing
+    stored, the count unchanged) and caches that evict: every key reads as the model, and the engine's record
+    count is the model's without a read per key."""
+    inner: Storage = (MemoryStorage(StorageSpec(topic="t")) if engine == "memory" else
+                      LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path_factory.mktemp("sow") / "t.sow"))))
+    model = {b"k%d" % k: b"before" for k in range(prefill)}
+    inner.write(puts=list(model.items()))
+    cached = CachedStorage(inner, max_bytes=bound)
+    real = inner.write_puts
+    fail = [False]
+
+    def write_puts(puts: Any, new_keys: int) -> None:
+        if fail[0]:
+            fail[0] = False
+            raise StorageError("injected")
+        real(puts, new_keys)
+
+    inner.write_puts = write_puts  # type: ignore[method-assign]
+    try:
+        for pairs, fails in batches:
+            puts = [(b"k%d" % k, value) for k, value in pairs]
+            new_keys = sum(cached.get(key) is None for key in dict(puts))  # the engine's previous-record reads
+            fail[0] = fails
+            if fails:
+                with pytest.raises(StorageError):
+                    cached.write_puts(puts, new_keys)
+            else:
+                cached.write_puts(puts, new_keys)
+                model.update(puts)
+            for k in range(12):
+                assert cached.get(b"k%d" % k) == model.get(b"k%d" % k)
+            _assert_complete_is_true(cached, inner)
+            assert cached.count() == len(model) == len(list(inner.scan()))
+    finally:
+        inner.close()
+
+
+def test_a_batch_of_publishes_that_is_not_bytes_writes_nothing(tmp_path: Path) -> None:
+    inner = LevelDBStorage(StorageSpec(topic="t", path=str(tmp_path / "t.sow")))
+    with pytest.raises(TypeError, match="must be bytes"):
+        inner.write_puts([(b"a", b"1"), ("b", b"2")], 2)  # type: ignore[list-item]
+    assert list(inner.scan()) == [] and inner.count() == 0
+    inner.write_puts([(b"a", b"1"), (b"b", b"2"), (b"a", b"3")], 2)
+    inner.write_puts([(b"c", b"4")], 1)
+    assert list(inner.scan()) == [(b"a", b"3"), (b"b", b"2"), (b"c", b"4")] and inner.count() == 3
+    inner.close()
