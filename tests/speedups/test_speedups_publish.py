@@ -78,7 +78,11 @@ def test_the_writer_uses_the_compiled_encoder() -> None:
 
 @given(crc=st.integers(0, 2**32 - 1), data=st.binary(max_size=600))
 def test_crc32c_equals_google_crc32c(crc: int, data: bytes) -> None:
-    assert publish.crc32c_extend(crc, data) == google_crc32c.extend(crc, data)
+    """Both ways the compiled CRC-32C is computed (the crc32 instruction where the CPU has it, and tables)."""
+    expected = google_crc32c.extend(crc, data)
+    assert publish.crc32c_extend(crc, data) == expected
+    assert publish.crc32c_extend(crc, data, hardware=False) == expected
+    assert publish.crc32c_extend(crc, data, hardware=True) == expected
 
 
 #: Key field values: text (any code point, surrogates included), numbers, booleans, and values that cannot key.
