@@ -17,12 +17,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.stdio cimport snprintf
 from libc.string cimport memchr, memcpy
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
 
 
 cdef extern from *:
@@ -430,13 +430,32 @@ cdef object _key_of(bytes domain_prefix, list values):
     memcpy(buf, PyBytes_AS_STRING(domain_prefix), at)
     for value in values:
         utf8 = PyUnicode_AsUTF8AndSize(value, &size)
-        at += snprintf(buf + at, 22, "%zd:", PyUnicode_GET_LENGTH(value))
+        at += _decimal(buf + at, <uint64_t>PyUnicode_GET_LENGTH(value))
+        buf[at] = 58  # ":"
+        at += 1
         memcpy(buf + at, utf8, size)
         at += size
     cdef uint64_t digest = broker_blake2b64(<const uint8_t *>buf, at)
     if buf != stack:
         free(buf)
-    return str(digest)
+    cdef char text[20]
+    return PyUnicode_DecodeASCII(text, _decimal(text, digest), NULL)  # str(digest)
+
+
+cdef inline Py_ssize_t _decimal(char *out, uint64_t v) noexcept:
+    """Write ``v`` in decimal at ``out`` (at most 20 bytes, as ``str(v)``); returns the length."""
+    cdef char digits[20]
+    cdef Py_ssize_t n = 0
+    while True:
+        digits[n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = digits[n - 1 - i]
+    return n
 
 
 cdef object _from_dict = None
