@@ -17,7 +17,7 @@ from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.counters import EngineCounters
 from broker.errors import BrokerError, CommandError
 from broker.faults import fault_point
-from broker.sow.record import SowRecord
+from broker.sow.record import SowRecord, record_value
 from broker.sow.topic import SowTopic
 from broker.txlog.records import Command
 
@@ -169,6 +169,8 @@ class PublishSteps:
             mt = sow.message_type
             parse = mt.parse
             key_for = sow.key_for
+            # The content key generator called directly (SowTopic.key_for's own call saved per message).
+            generate = sow.key_generator.generate if sow.key_generator is not None else None
             get = sow.get
             default_expiration = sow.default_expiration
             latest: dict[str, SowRecord] = {}  # key -> its record written earlier in this run
@@ -193,7 +195,7 @@ class PublishSteps:
                         high = seq
                     continue
                 msg = parse(body, keyed=True, max_depth=max_depth)
-                key = key_for(msg, user_key)
+                key = generate(msg) if generate is not None else key_for(msg, user_key)
                 kb = key.encode()
                 previous = latest.get(key)
                 expired = None
@@ -244,7 +246,8 @@ class PublishSteps:
             for one in run:
                 record = one.record
                 records.append(record)  # type: ignore[arg-type]
-                puts.append((one.kb, record.encode()))  # type: ignore[union-attr]
+                value = record_value(record) if record_value is not None else None  # the compiled encoding
+                puts.append((one.kb, record.encode() if value is None else value))  # type: ignore[union-attr]
                 if one.previous is None:
                     inserts += 1
                     new_keys += one.expired is None

@@ -21,6 +21,9 @@ _compiled = speedups.load("sowrecords")
 #: The compiled stored value (:func:`broker.speedups.publish.record_value`), or ``None``.
 _publish = speedups.load("publish")
 _record_value = _publish.record_value if _publish is not None else None
+#: The same, for callers that encode many records (``None`` when not built): a record's stored value, or
+#: ``None`` when :meth:`SowRecord.encode` must decide.
+record_value = _record_value
 #: The compiled record decode (:func:`broker.speedups.publish.record_from_value`), or ``None``.
 _record_from_value = _publish.record_from_value if _publish is not None else None
 _HEAD = struct.Struct("<QQQHH")
