@@ -23,7 +23,8 @@ def _extensions() -> list[Extension]:
     except ImportError:  # no Cython in the build environment: the pure-Python fallback only
         return []
     modules = [
-        Extension(src[: -len(".pyx")].replace("/", "."), [src], optional=True, extra_compile_args=["-O2"])
+        Extension(src[: -len(".pyx")].replace("/", "."), [src], optional=True, extra_compile_args=["-O2"],
+                  include_dirs=["broker/speedups"])
         for src in _SOURCES
     ]
     return cythonize(modules, language_level=3, compiler_directives={"boundscheck": False, "wraparound": False})

@@ -19,6 +19,8 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcpy
 
+from broker.speedups.crc32c cimport broker_crc32c_extend, broker_crc32c_hw, broker_crc32c_init
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
@@ -29,69 +31,6 @@ cdef extern from *:
     """
     #include <stdint.h>
     #include <string.h>
-
-    static uint32_t broker_crc32c_table[8][256];
-    /* Whether broker_crc32c_extend uses the crc32 instruction (set by broker_crc32c_init). */
-    static int broker_crc32c_hw = 0;
-
-    static void broker_crc32c_init(void) {
-    #if defined(__x86_64__) && defined(__GNUC__)
-        __builtin_cpu_init();
-        broker_crc32c_hw = __builtin_cpu_supports("sse4.2");
-    #endif
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-            broker_crc32c_table[0][i] = c;
-        }
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = broker_crc32c_table[0][i];
-            for (int t = 1; t < 8; t++) {
-                c = broker_crc32c_table[0][c & 0xff] ^ (c >> 8);
-                broker_crc32c_table[t][i] = c;
-            }
-        }
-    }
-
-    /* The same with the SSE 4.2 crc32 instruction (CRC-32C in hardware, 8 bytes per instruction), on x86-64
-       CPUs that have it (chosen once at import: broker_crc32c_hw). */
-    #if defined(__x86_64__) && defined(__GNUC__)
-    __attribute__((target("sse4.2")))
-    static uint32_t broker_crc32c_extend_hw(uint32_t crc, const uint8_t *p, size_t len) {
-        uint64_t c = (uint32_t)~crc;
-        while (len >= 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            c = __builtin_ia32_crc32di(c, v);
-            p += 8;
-            len -= 8;
-        }
-        uint32_t c32 = (uint32_t)c;
-        while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-        return ~c32;
-    }
-    #endif
-
-    /* Continue a CRC-32C (as google_crc32c.extend) over len bytes. */
-    static uint32_t broker_crc32c_extend(uint32_t crc, const uint8_t *p, size_t len) {
-    #if defined(__x86_64__) && defined(__GNUC__)
-        if (broker_crc32c_hw) return broker_crc32c_extend_hw(crc, p, len);
-    #endif
-        crc = ~crc;
-        while (len >= 8) {
-            uint32_t lo = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-            uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
-            lo ^= crc;
-            crc = broker_crc32c_table[7][lo & 0xff] ^ broker_crc32c_table[6][(lo >> 8) & 0xff]
-                ^ broker_crc32c_table[5][(lo >> 16) & 0xff] ^ broker_crc32c_table[4][lo >> 24]
-                ^ broker_crc32c_table[3][hi & 0xff] ^ broker_crc32c_table[2][(hi >> 8) & 0xff]
-                ^ broker_crc32c_table[1][(hi >> 16) & 0xff] ^ broker_crc32c_table[0][hi >> 24];
-            p += 8;
-            len -= 8;
-        }
-        while (len--) crc = broker_crc32c_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-        return ~crc;
-    }
 
     static const uint64_t broker_b2_iv[8] = {
         0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
@@ -162,9 +101,6 @@ cdef extern from *:
         return out;
     }
     """
-    int broker_crc32c_hw
-    void broker_crc32c_init()
-    uint32_t broker_crc32c_extend(uint32_t crc, const uint8_t *p, size_t length)
     uint64_t broker_blake2b64(const uint8_t *data, size_t length)
 
 

@@ -15,42 +15,11 @@ from libc.stdio cimport snprintf
 from libc.string cimport memcmp
 
 from broker.speedups.cbytes cimport plain_bytes, put
+from broker.speedups.crc32c cimport broker_crc32c_extend, broker_crc32c_hw, broker_crc32c_init
 
-import google_crc32c
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    #include <nmmintrin.h>
-    /* CRC-32C with the SSE 4.2 instruction (the same polynomial as google_crc32c). */
-    __attribute__((target("sse4.2")))
-    static uint32_t broker_replay_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
-        uint64_t c = (uint32_t)~crc;
-        while (n >= 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            c = _mm_crc32_u64(c, v);
-            p += 8;
-            n -= 8;
-        }
-        uint32_t c32 = (uint32_t)c;
-        while (n--) c32 = _mm_crc32_u8(c32, *p++);
-        return ~c32;
-    }
-    static int broker_replay_crc32c_ok(void) { return __builtin_cpu_supports("sse4.2"); }
-    #else
-    static uint32_t broker_replay_crc32c(uint32_t crc, const uint8_t *p, size_t n) { return 0; }
-    static int broker_replay_crc32c_ok(void) { return 0; }
-    #endif
-    """
-    uint32_t broker_replay_crc32c(uint32_t crc, const uint8_t *p, size_t n)
-    int broker_replay_crc32c_ok()
-
-cdef bint _HW_CRC = broker_replay_crc32c_ok()
-_crc_value = google_crc32c.value
-_crc_extend = google_crc32c.extend
+broker_crc32c_init()
+#: Whether the CPU has the CRC-32C instruction (``use_hardware_crc`` may switch it off for the tests).
+cdef bint _CPU_CRC = broker_crc32c_hw
 
 #: The sizes of the record header (format versions 1 and 2), as in :mod:`broker.txlog.records`.
 cdef enum:
@@ -65,15 +34,15 @@ cdef uint64_t MAX_PAYLOAD = 0xFFFFFFFF
 
 
 def hardware_crc() -> bool:
-    """Whether this machine's CRC-32C instruction is used (else google_crc32c, a call per record)."""
-    return _HW_CRC
+    """Whether this machine's CRC-32C instruction is used (else slicing-by-8 tables)."""
+    return bool(broker_crc32c_hw)
 
 
 def use_hardware_crc(bint on) -> bool:
     """Use the CRC-32C instruction (when the CPU has it) or not (the tests cover both); the previous setting."""
-    global _HW_CRC
-    before = _HW_CRC
-    _HW_CRC = on and broker_replay_crc32c_ok()
+    global broker_crc32c_hw
+    before = bool(broker_crc32c_hw)
+    broker_crc32c_hw = on and _CPU_CRC
     return before
 
 
@@ -184,10 +153,7 @@ cdef class FrameRun:
         x = k + klen + mlen
         if state is not False and not (plain_bytes(k, klen) and plain_bytes(x, clen)):
             return -1
-        if _HW_CRC:
-            actual = broker_replay_crc32c(broker_replay_crc32c(0, b + pos, 4), b + pos + 8, length - 8)
-        else:
-            actual = _crc_extend(_crc_value(buf[pos : pos + 4]), buf[pos + 8 : end])
+        actual = broker_crc32c_extend(broker_crc32c_extend(0, b + pos, 4), b + pos + 8, length - 8)
         if actual != crc:
             return -1  # the slow path reports the mismatch
         seq = _le(b + pos + 8, 8)
