@@ -216,6 +216,16 @@ class StorageConformance(VersionConformance):
         assert storage.count() == 3
         assert storage.statistics()["records"] == 3
 
+    def test_write_puts_keeps_the_records_and_the_count(self, storage: Storage) -> None:
+        """``write_puts`` (a batch of publishes, told how many of its distinct keys are new) stores what
+        ``write`` stores, the last put of a key winning, and counts exactly that many new records."""
+        storage.write(puts=[(b"a", b"1")])
+        storage.write_puts([(b"a", b"2"), (b"b", b"1"), (b"b", b"2")], new_keys=1)
+        storage.write_puts([(b"c", b"1")], new_keys=1)
+        storage.write_puts([(b"c", b"2")], new_keys=0)
+        assert [storage.get(k) for k in (b"a", b"b", b"c")] == [b"2", b"2", b"2"]
+        assert storage.count() == 3
+
     def test_compact_keeps_records(self, storage: Storage) -> None:
         storage.write(puts=[(b"%04d" % i, b"x" * 100) for i in range(500)])
         storage.write(deletes=[b"%04d" % i for i in range(0, 500, 2)])
