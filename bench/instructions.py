@@ -23,7 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 
 def total_instructions(callgrind_out: Path) -> int:
@@ -34,10 +38,10 @@ def total_instructions(callgrind_out: Path) -> int:
     raise RuntimeError(f"{callgrind_out} has no totals line (did the broker exit cleanly?)")
 
 
-def measure(n: int, out: Path) -> int:
-    """Instructions of the broker process over ``n`` W1 publishes (see the module docstring)."""
-    from bench import ampsclient
-    from bench.messages import doc
+@contextmanager
+def counted_broker(out: Path) -> Iterator[Any]:
+    """A broker from the bench config under callgrind with counting off, writing to ``out``; stopped (which
+    writes ``out``) and its directory removed at the end."""
     from bench.servers import broker_server
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
@@ -47,20 +51,48 @@ def measure(n: int, out: Path) -> int:
                        *server.argv]
         server.start(timeout=300)
         try:
-            docs = [doc(i) for i in range(n)]
-            client = ampsclient.connect(f"tcp://127.0.0.1:{server.port}/amps/json", "instructions")
-            try:
-                time.sleep(1.0)  # logged on: start-up's work is done before counting starts
-                subprocess.run(["callgrind_control", "-i", "on", str(server.pid)], check=True, capture_output=True)
-                ampsclient.publish_all(client, "bench-ingest", docs, 600)
-                subprocess.run(["callgrind_control", "-i", "off", str(server.pid)], check=True, capture_output=True)
-            finally:
-                ampsclient.close(client)
+            yield server
         finally:
             server.stop(timeout=120)
-        return total_instructions(out)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def counting(pid: int, on: bool) -> None:
+    """Switch callgrind's counting in the broker ``pid`` on or off."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)], check=True, capture_output=True)
+
+
+def count_with(keep: Path | None, measure_into: Callable[[Path], int], tool: str) -> int | None:
+    """``measure_into(callgrind file)`` (the instructions), the file kept at ``keep`` or removed after; ``None``,
+    with a message, when valgrind is missing."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print(f"{tool} needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return None
+    out = keep or Path(tempfile.mkdtemp(prefix="bench-callgrind-")) / "callgrind.out"
+    try:
+        return measure_into(out.resolve())
+    finally:
+        if keep is None:
+            shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def measure(n: int, out: Path) -> int:
+    """Instructions of the broker process over ``n`` W1 publishes (see the module docstring)."""
+    from bench import ampsclient
+    from bench.messages import doc
+
+    with counted_broker(out) as server:
+        docs = [doc(i) for i in range(n)]
+        client = ampsclient.connect(f"tcp://127.0.0.1:{server.port}/amps/json", "instructions")
+        try:
+            time.sleep(1.0)  # logged on: start-up's work is done before counting starts
+            counting(server.pid, True)
+            ampsclient.publish_all(client, "bench-ingest", docs, 600)
+            counting(server.pid, False)
+        finally:
+            ampsclient.close(client)
+    return total_instructions(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,15 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--publishes", type=int, default=20_000)
     parser.add_argument("--out", type=Path, help="keep the callgrind file here")
     a = parser.parse_args(argv)
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        print("bench.instructions needs valgrind (apt-get install valgrind)", file=sys.stderr)
+    total = count_with(a.out, partial(measure, a.publishes), "bench.instructions")
+    if total is None:
         return 2
-    out = a.out or Path(tempfile.mkdtemp(prefix="bench-callgrind-")) / "callgrind.out"
-    total = measure(a.publishes, out.resolve())
     print(f"{total / a.publishes:,.0f} instructions per publish (whole broker process, {a.publishes:,} W1 publishes, "
           f"{total:,} in all); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    if a.out is None:
-        shutil.rmtree(out.parent, ignore_errors=True)
     return 0
 
 
