@@ -18,12 +18,11 @@ from broker.protocol._header import dumps_flat
 #: The compiled header loop of :meth:`WireRecords.add` (``broker/speedups/sowrecords.pyx``), or ``None``.
 _compiled = speedups.load("sowrecords")
 
-#: The compiled stored value (:func:`broker.speedups.publish.record_value`), or ``None``.
 _publish = speedups.load("publish")
-_record_value = _publish.record_value if _publish is not None else None
-#: The same, for callers that encode many records (``None`` when not built): a record's stored value, or
-#: ``None`` when :meth:`SowRecord.encode` must decide.
-record_value = _record_value
+#: The compiled stored value (:func:`broker.speedups.publish.record_value`; ``None`` when not built): a record's
+#: stored value, or ``None`` when :meth:`SowRecord.encode`'s Python code must decide. Callers that encode many
+#: records call it directly.
+record_value = _publish.record_value if _publish is not None else None
 #: The compiled record decode (:func:`broker.speedups.publish.record_from_value`), or ``None``.
 _record_from_value = _publish.record_from_value if _publish is not None else None
 _HEAD = struct.Struct("<QQQHH")
@@ -58,8 +57,8 @@ class SowRecord:
 
     def encode(self) -> bytes:
         """The stored value."""
-        if _record_value is not None:
-            value = _record_value(self)
+        if record_value is not None:
+            value = record_value(self)
             if value is not None:
                 return value
         return self._encode_python()
