@@ -2,7 +2,8 @@
 
 ``python -m bench.instructions`` starts a broker from ``bench/configs/bench.xml`` under ``valgrind
 --tool=callgrind`` with counting off, publishes ``-n`` (20,000) new keys into ``bench-ingest`` (LevelDB SOW +
-transaction log, no acks, no subscriber: W1's first pass) from the official client, with counting switched on
+transaction log, no acks, no subscriber: W1's first pass; with ``--keys K``, K records first, not counted, then
+``-n`` updates of them in turn: W1 at 1M publishes over 100k keys) from the official client, with counting switched on
 (``callgrind_control -i on``) for exactly the publishes and the flush that waits for them, and prints the
 instructions of the whole broker process (event loop, the journal's thread, LevelDB's compaction thread) per
 publish. Timings on the shared 2-core machine move by 2x from minute to minute (other helpers' tests and
@@ -77,15 +78,19 @@ def count_with(keep: Path | None, measure_into: Callable[[Path], int], tool: str
             shutil.rmtree(out.parent, ignore_errors=True)
 
 
-def measure(n: int, out: Path) -> int:
-    """Instructions of the broker process over ``n`` W1 publishes (see the module docstring)."""
+def measure(n: int, out: Path, keys: int = 0) -> int:
+    """Instructions of the broker process over ``n`` W1 publishes (see the module docstring); with ``keys``, the
+    ``keys`` records are published first, not counted, and the ``n`` counted publishes update them in turn (W1 at
+    1M publishes over 100k keys, where every publish replaces a record)."""
     from bench import ampsclient
     from bench.messages import doc
 
     with counted_broker(out) as server:
-        docs = [doc(i) for i in range(n)]
+        docs = [doc(i % keys if keys else i) for i in range(n)]
         client = ampsclient.connect(f"tcp://127.0.0.1:{server.port}/amps/json", "instructions")
         try:
+            if keys:
+                ampsclient.publish_all(client, "bench-ingest", [doc(i) for i in range(keys)], 600)
             time.sleep(1.0)  # logged on: start-up's work is done before counting starts
             counting(server.pid, True)
             ampsclient.publish_all(client, "bench-ingest", docs, 600)
@@ -99,13 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     """Print the broker's instructions per W1 publish."""
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n")[0])
     parser.add_argument("-n", "--publishes", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, default=0,
+                        help="publish this many records first (not counted); the counted publishes update them")
     parser.add_argument("--out", type=Path, help="keep the callgrind file here")
     a = parser.parse_args(argv)
-    total = count_with(a.out, partial(measure, a.publishes), "bench.instructions")
+    total = count_with(a.out, partial(measure, a.publishes, keys=a.keys), "bench.instructions")
     if total is None:
         return 2
+    what = f"updates of {a.keys:,} records" if a.keys else "new keys"
     print(f"{total / a.publishes:,.0f} instructions per publish (whole broker process, {a.publishes:,} W1 publishes, "
-          f"{total:,} in all); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+          f"{what}, {total:,} in all); load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

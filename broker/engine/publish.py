@@ -17,7 +17,7 @@ from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.counters import EngineCounters
 from broker.errors import BrokerError, CommandError
 from broker.faults import fault_point
-from broker.sow.record import SowRecord, record_value
+from broker.sow.record import EXPIRY_OFFSET, RECORD_EXPIRY, SowRecord, record_value
 from broker.sow.topic import SowTopic
 from broker.txlog.records import Command
 
@@ -37,6 +37,11 @@ DUPLICATE = -1
 PublishMessage = tuple[str | None, bytes, bool, int | None, str | None, str | None, Any]
 _PUBLISH = int(Command.PUBLISH)
 _DELTA = int(Command.DELTA_PUBLISH)
+#: :attr:`RunMessage.previous` of an update whose replaced record is not decoded, because nothing in its run
+#: reads it (no subscription or paginated window on the topic, not a delta): only "not an insert" is known.
+#: Never delivered, compared or stored.
+STORED = SowRecord("", b"", 0, 0, 0, "", "")
+_peek_expiry = RECORD_EXPIRY.unpack_from
 
 
 class Journal(Protocol):
@@ -58,6 +63,7 @@ class PublishSteps:
     """Publishing, for :class:`broker.engine.engine.Engine` (which inherits it and holds the state named here)."""
 
     sow_topics: dict[str, SowTopic]
+    router: Any
     journal: Journal | None
     is_logged: Callable[[str], bool]
     counters: EngineCounters
@@ -174,6 +180,12 @@ class PublishSteps:
             get = sow.get
             default_expiration = sow.default_expiration
             latest: dict[str, SowRecord] = {}  # key -> its record written earlier in this run
+            # With no subscription or paginated window on the topic, the fan-out reads no replaced record: an
+            # update's stored value then stays undecoded (previous is STORED), its expiration peeked at. Nothing
+            # here awaits, so no subscription can come between this and the fan-out.
+            router = self.router
+            bare = not router.candidates(topic) and not router.windows.covers(topic)
+            stored_value = sow.storage.get
         else:
             mt = client.message_type
         received = 0
@@ -200,10 +212,19 @@ class PublishSteps:
                 previous = latest.get(key)
                 expired = None
                 if previous is None:
-                    previous = get(key, kb)
-                    if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
-                        expired = previous  # not swept yet: its holders get the oof before this message
-                        previous = None
+                    if bare and not delta:
+                        value = stored_value(kb)
+                        if value is not None:
+                            previous = STORED
+                            until = _peek_expiry(value, EXPIRY_OFFSET)[0]
+                            if until and until <= now_ns:
+                                expired = SowRecord.decode(key, value)  # its holders get the oof first
+                                previous = None
+                    else:
+                        previous = get(key, kb)
+                        if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
+                            expired = previous  # not swept yet: its holders get the oof before this message
+                            previous = None
                 if delta and previous is not None:
                     body = mt.merge(previous.data, body)
                     msg = parse(body, keyed=True)

@@ -28,6 +28,10 @@ _record_from_value = _publish.record_from_value if _publish is not None else Non
 _HEAD = struct.Struct("<QQQHH")
 #: The fixed header of a stored value, for scans that unpack it inline (:meth:`QueryPlan.rows`).
 RECORD_HEAD = _HEAD
+#: A stored value's ``expire_at_ns`` alone, at :data:`EXPIRY_OFFSET`: read without decoding the rest (a publish
+#: that replaces a record nobody else looks at only needs to know whether it has expired).
+RECORD_EXPIRY = struct.Struct("<Q")
+EXPIRY_OFFSET = 16
 
 
 @dataclass(slots=True, eq=True)
