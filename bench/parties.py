@@ -8,7 +8,9 @@ is the client's receive thread).
 
 ``python -m bench.parties W5`` runs W5's publisher loop (a flush round trip every 1,000) and its subscriber
 processes (:func:`bench.workers.amps_fanout`, one per subscriber) for each subscriber count: the publisher's,
-each subscriber's and the broker's CPU per message (the broker's user and system parts from ``/proc/<pid>/stat``).
+each subscriber's and the broker's CPU per message (the broker's user and system parts from ``/proc/<pid>/stat``), and
+the broker's read and write system calls per 1,000 messages (``/proc/<pid>/io``: how many messages a read and a
+write carry).
 
 Each line also gives the rate and the load average: rates move with the machine's load, CPU per message much less.
 """
@@ -55,6 +57,14 @@ def user_system_s(pid: int) -> tuple[float, float]:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """``pid``'s read and write system calls so far (``syscr``, ``syscw`` of ``/proc/<pid>/io``: every ``read(2)``
+    and ``write(2)`` family call, sockets included)."""
+    with open(f"/proc/{pid}/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
 
 
 def _per_thread_us(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]], n: int) -> dict[str, float]:
@@ -132,6 +142,7 @@ def w5(n: int, subscribers: list[int], timeout: float) -> list[dict[str, Any]]:
                     client = ampsclient.connect(uri, "parties-pub")
                     try:
                         b0, us0 = thread_cpu_ns(server.pid), user_system_s(server.pid)
+                        io0 = syscalls(server.pid)
                         p0, t0 = time.process_time(), time.time_ns()
                         publish = client.publish
                         for i in range(n):
@@ -142,6 +153,7 @@ def w5(n: int, subscribers: list[int], timeout: float) -> list[dict[str, Any]]:
                         p1 = time.process_time()
                         results = children.collect("done", timeout)
                         b1, us1 = thread_cpu_ns(server.pid), user_system_s(server.pid)
+                        io1 = syscalls(server.pid)
                     finally:
                         ampsclient.close(client)
                 last = max(x for r in results for x in r["last_ns"])
@@ -152,6 +164,8 @@ def w5(n: int, subscribers: list[int], timeout: float) -> list[dict[str, Any]]:
                              "broker_us": round(sum(_per_thread_us(b0, b1, n).values()), 2),
                              "broker_user_us": round((us1[0] - us0[0]) / n * 1e6, 2),
                              "broker_system_us": round((us1[1] - us0[1]) / n * 1e6, 2),
+                             "broker_reads_per_1k": round((io1[0] - io0[0]) / n * 1000, 1),
+                             "broker_writes_per_1k": round((io1[1] - io0[1]) / n * 1000, 1),
                              "subscriber_us": [round(r["cpu_s"] / n * 1e6, 2) for r in results],
                              "load": os.getloadavg()[0]})
         finally:
@@ -169,7 +183,8 @@ def line(row: dict[str, Any]) -> str:
     subs = row["subscriber_us"]
     return (f"W5 1 -> {row['subscribers']}: {row['deliveries_per_s']:,} deliveries/s; CPU per message: publisher "
             f"{row['publisher_us']} µs, broker {row['broker_us']} µs (user {row['broker_user_us']}, system "
-            f"{row['broker_system_us']}), each subscriber {min(subs)}-{max(subs)} µs; load {row['load']:.1f}")
+            f"{row['broker_system_us']}), each subscriber {min(subs)}-{max(subs)} µs; broker system calls per 1,000 "
+            f"messages: {row['broker_reads_per_1k']} reads, {row['broker_writes_per_1k']} writes; load {row['load']:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,3 +45,5 @@ def test_w5_parties_reports_publisher_broker_and_each_subscriber(tmp_path: Path)
         assert r["deliveries"] == r["expected"] == 5000 * r["subscribers"]
         assert r["publisher_us"] > 0 and r["broker_us"] > 0
         assert len(r["subscriber_us"]) == r["subscribers"] and all(us > 0 for us in r["subscriber_us"])
+        # Every message came in through some read and went out through some write to each subscriber.
+        assert r["broker_reads_per_1k"] > 0 and r["broker_writes_per_1k"] > 0
