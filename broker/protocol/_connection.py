@@ -93,11 +93,52 @@ def _cached_header_python(buf: Buffer, start: int, end: int, headers: dict[bytes
     return None
 
 
-_compiled = speedups.load("publish")
-#: The compiled twin (:func:`broker.speedups.publish.cached_header`) when built.
+def _remembered_frame_python(buf: Buffer, pos: int, max_size: int, headers: dict[bytes, Header]
+                             ) -> tuple[Frame, int] | None:
+    """The frame at ``buf[pos:]`` and where it ends, when it is complete, ``0 < size <= max_size`` and its header
+    remembered (:func:`_cached_header_python`); ``None``: anything else, left to :meth:`Connection.next_event`'s
+    general code (it waits for more bytes, decodes the header, or fails with its message)."""
+    n = len(buf)
+    if pos < 0 or n - pos < 4:
+        return None
+    (size,) = _LEN_UNPACK(buf, pos)
+    if size == 0 or size > max_size or size > n - pos - 4:
+        return None
+    end = pos + 4 + size
+    got = _cached_header_python(buf, pos + 4, end, headers)
+    if got is None:
+        return None
+    header, body_start = got
+    return Frame(header, bytes(buf[body_start:end])), end
+
+
+def _publish_run_python(buf: Buffer, pos: int, max_size: int, headers: dict[bytes, Header], batch: list[Frame],
+                        plain: Header | None, commands: frozenset[str], acks: frozenset[str]
+                        ) -> tuple[int, int, Header | None]:
+    """Every frame from ``buf[pos:]`` on that :func:`_remembered_frame_python` gives and whose header takes the
+    session's publish batch (``plain``, or its command in ``commands`` and its ``ack_type`` or ``""`` in ``acks``),
+    appended to ``batch``, up to the first that is not: ``(pos after the last taken, frames taken, the last header
+    taken or plain)``."""
+    taken = 0
+    while (got := _remembered_frame_python(buf, pos, max_size, headers)) is not None:
+        frame, end = got
+        header = frame.header
+        if header is not plain and (header.command not in commands or (header.ack_type or "") not in acks):
+            break
+        plain = header
+        batch.append(frame)
+        pos = end
+        taken += 1
+    return pos, taken, plain
+
+
+_compiled = speedups.load("framerun")
+#: The compiled twin (:func:`broker.speedups.framerun.cached_header`) when built.
 _cached_header = _compiled.cached_header if _compiled is not None else _cached_header_python
-#: The compiled usual case of :meth:`Connection.next_event` (:func:`broker.speedups.publish.remembered_frame`).
+#: The compiled usual case of :meth:`Connection.next_event` (:func:`broker.speedups.framerun.remembered_frame`).
 _remembered_frame = _compiled.remembered_frame if _compiled is not None else None
+#: :meth:`Connection.next_publishes`'s loop (:func:`broker.speedups.framerun.publish_run` when built).
+_publish_run = _compiled.publish_run if _compiled is not None else _publish_run_python
 
 
 class Connection:
@@ -258,6 +299,26 @@ class Connection:
         self._pos = end
         self._frames_received += 1
         return Frame(header, body)
+
+    def next_publishes(self, batch: list[Frame], plain: Header | None, commands: frozenset[str],
+                       acks: frozenset[str]) -> Header | None:
+        """Append to ``batch`` the complete frames from here on whose headers are remembered and take a publish
+        batch (``plain``, a header known to, or its command in ``commands`` and its ``ack_type``, ``""`` when
+        absent, in ``acks``), up to the first frame that is not such (left for :meth:`next_event`): one call for
+        a publisher's whole read (compiled: :func:`broker.speedups.framerun.publish_run`).
+
+        Each frame taken is the one :meth:`next_event` would return. Nothing is taken before the first frame
+        (which :meth:`next_event` checks for an HTTP request) or after a protocol error.
+
+        Returns:
+            The header of the last frame taken, or ``plain`` when none was.
+        """
+        if self._error is not None or not self._frames_received:
+            return plain
+        self._pos, taken, plain = _publish_run(self._buf, self._pos, self._max, self._headers, batch, plain,
+                                               commands, acks)
+        self._frames_received += taken
+        return plain
 
     def _keep_header(self, key: bytes, header: Header, seq_at: re.Match[bytes] | None) -> None:
         """Remember a decoded header by its bytes; one with a publish-store ``s`` by its bytes without the

@@ -352,10 +352,15 @@ class Session(PublishBatch):
             # command: a client's commands stay in order.
             batch: list[Any] = []
             plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
+            conn = self.conn
             try:
-                self.conn.receive_data(data)
+                conn.receive_data(data)
                 while True:
-                    frame = self.conn.next_event()
+                    if self.logged_on:
+                        # A publisher's usual frames (remembered headers taking the batch path), all of the read
+                        # in one call; the frame that ends the run (or a first one) comes from next_event below.
+                        plain = conn.next_publishes(batch, plain, PLAIN_PUBLISH, BATCH_ACKS)
+                    frame = conn.next_event()
                     if frame is NEED_DATA:
                         if batch:
                             self._apply_batch(batch, flusher)

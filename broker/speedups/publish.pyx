@@ -12,12 +12,11 @@ Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` val
 to the pure-Python code, so both give the same results and the same errors on every input.
 """
 
-from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memchr, memcpy
+from libc.string cimport memcpy
 
 from broker.speedups.crc32c cimport broker_crc32c_extend, broker_crc32c_hw, broker_crc32c_init
 
@@ -392,99 +391,3 @@ cdef inline Py_ssize_t _decimal(char *out, uint64_t v) noexcept:
     for i in range(n):
         out[i] = digits[n - 1 - i]
     return n
-
-
-cdef object _from_dict = None
-
-
-cdef object _Frame = None
-
-
-cdef inline const char *_buffer(buf):
-    """The bytes of a ``bytes`` or ``bytearray`` (``NULL`` for any other type)."""
-    if type(buf) is bytes:
-        return PyBytes_AS_STRING(buf)
-    if type(buf) is bytearray:
-        return PyByteArray_AS_STRING(buf)
-    return NULL
-
-
-def remembered_frame(buf, Py_ssize_t pos, Py_ssize_t max_size, dict headers):
-    """The frame at ``buf[pos:]`` and where it ends, when it is complete, ``0 < size <= max_size`` and its
-    header remembered (:func:`cached_header`): ``(Frame, end)``; else ``None``, and
-    :meth:`broker.protocol.Connection.next_event`'s Python code takes it (waits, decodes, or fails)."""
-    global _Frame
-    cdef const char *data = _buffer(buf)
-    if data == NULL:
-        return None
-    cdef Py_ssize_t n = len(buf)
-    if pos < 0 or n - pos < 4:
-        return None
-    cdef const uint8_t *p = <const uint8_t *>data + pos
-    cdef Py_ssize_t size = (<Py_ssize_t>p[0] << 24) | (<Py_ssize_t>p[1] << 16) | (<Py_ssize_t>p[2] << 8) | p[3]
-    if size == 0 or size > max_size or size > n - pos - 4:
-        return None
-    cdef Py_ssize_t end = pos + 4 + size
-    got = cached_header(buf, pos + 4, end, headers)
-    if got is None:
-        return None
-    header, body_start = got
-    cdef Py_ssize_t at = body_start
-    if _Frame is None:
-        from broker.protocol._frames import Frame
-        _Frame = Frame
-    frame = _Frame.__new__(_Frame)
-    frame.header = header
-    frame.body = PyBytes_FromStringAndSize(data + at, end - at)
-    return frame, end
-
-
-def cached_header(buf, Py_ssize_t start, Py_ssize_t end, dict headers):
-    """:func:`broker.protocol._connection._cached_header_python`, compiled: the remembered header of the frame
-    payload ``buf[start:end]`` and where its body starts, or ``None``."""
-    global _from_dict
-    cdef const char *data = _buffer(buf)
-    if data == NULL:
-        from broker.protocol._connection import _cached_header_python
-        return _cached_header_python(buf, start, end, headers)
-    cdef Py_ssize_t size = len(buf)
-    if end > size:
-        end = size
-    if start < 0 or start >= end:
-        from broker.protocol._connection import _cached_header_python
-        return _cached_header_python(buf, start, end, headers)
-    cdef const char *close_at = <const char *>memchr(data + start, ord("}"), end - start)
-    cdef Py_ssize_t close = -1 if close_at == NULL else close_at - data
-    if close <= 0:  # as buf.find's -1 (or 0) makes the Python code look up b""
-        cached = headers.get(b"")
-        return None if cached is None else (cached, close + 1)
-    cdef Py_ssize_t klen = close + 1 - start
-    key = PyBytes_FromStringAndSize(data + start, klen)
-    cached = headers.get(key)
-    if cached is not None:
-        return cached, close + 1
-    cdef const char *k = PyBytes_AS_STRING(key)
-    if memchr(k, ord("\\"), klen) != NULL:
-        return None
-    # The first '"s":' followed by 1 to 19 digits and then ',' or '}' (the regex _SEQ_FIELD).
-    cdef Py_ssize_t i = 0, j, digits
-    cdef uint64_t seq
-    while i + 4 <= klen:
-        if k[i] == b'"' and k[i + 1] == b's' and k[i + 2] == b'"' and k[i + 3] == b':':
-            j = i + 4
-            seq = 0
-            while j < klen and b'0' <= k[j] <= b'9':
-                j += 1
-            digits = j - (i + 4)
-            if 1 <= digits <= 19 and j < klen and (k[j] == b',' or k[j] == b'}'):
-                cached = headers.get(PyBytes_FromStringAndSize(k, i + 4) + PyBytes_FromStringAndSize(k + j, klen - j))
-                if cached is None:
-                    return None
-                fields = dict(cached.__dict__)
-                fields["seq"] = int(PyBytes_FromStringAndSize(k + i + 4, digits))
-                if _from_dict is None:
-                    from broker.protocol._header import Header
-                    _from_dict = Header._from_dict
-                return _from_dict(fields), close + 1
-        i += 1
-    return None

@@ -116,60 +116,6 @@ def test_default_keys_of_missing_fields_fail_the_same_way() -> None:
     assert compiled[0] == "KeyGenerationError"
 
 
-def _header_outcome(fn: Any, buf: Any, start: int, end: int, headers: dict[bytes, Any]) -> Any:
-    kind, value = outcome(fn, buf, start, end, headers)
-    if kind != "ok" or value is None:
-        return kind, value
-    header, body_start = value
-    return kind, header.fields(), dict(header.extra), body_start
-
-
-#: Headers a publisher sends, as the connection remembers them (see Connection._keep_header).
-REMEMBERED = [b'{"c":"p","t":"orders","a":"persisted","s":', b'{"c":"p","t":"x"}', b'{"c":"publish","s":',
-              b'{"t":"o","s":,"c":"p"}', b'{"c":"p","s":"s":']
-
-
-def _remembered() -> dict[bytes, Any]:
-    from broker.protocol._header import decode_header
-
-    headers = {}
-    for text in REMEMBERED:
-        full = text.replace(b'"s":', b'"s":7', 1) + (b"}" if not text.endswith(b"}") else b"")
-        try:
-            header, _ = decode_header(full)
-        except Exception:  # noqa: BLE001 - a malformed one is remembered under its bytes anyway
-            header, _ = decode_header(b'{"c":"p"}')
-        headers[text + (b"}" if not text.endswith(b"}") else b"")] = header
-    return headers
-
-
-@settings(max_examples=500)
-@given(prefix=st.binary(max_size=8), shape=st.sampled_from(REMEMBERED), digits=st.text("0123456789", max_size=22),
-       tail=st.sampled_from([b"}", b",", b"", b'"}', b"\\}", b"x}"]), body=st.binary(max_size=30),
-       cut=st.integers(-3, 80), kind=st.sampled_from([bytes, bytearray, memoryview]))
-def test_a_remembered_header_is_found_the_same_way(prefix: bytes, shape: bytes, digits: str, tail: bytes,
-                                                   body: bytes, cut: int, kind: type) -> None:
-    from broker.protocol._connection import _cached_header_python
-
-    headers = _remembered()
-    raw = prefix + shape.replace(b'"s":', b'"s":' + digits.encode(), 1) + tail + body
-    start = len(prefix)
-    for end in (len(raw), max(cut, 0), len(raw) + 5):
-        for s in (start, cut, 0):
-            buf = kind(raw)
-            assert (_header_outcome(publish.cached_header, buf, s, end, headers)
-                    == _header_outcome(_cached_header_python, buf, s, end, headers))
-
-
-@given(raw=st.binary(max_size=60), start=st.integers(-2, 62), end=st.integers(-2, 64))
-def test_arbitrary_bytes_find_the_same_remembered_header(raw: bytes, start: int, end: int) -> None:
-    from broker.protocol._connection import _cached_header_python
-
-    headers = {**_remembered(), b"": _remembered()[b'{"c":"p","t":"x"}']}
-    assert (_header_outcome(publish.cached_header, raw, start, end, headers)
-            == _header_outcome(_cached_header_python, raw, start, end, headers))
-
-
 #: SOW record fields: in and out of range, surrogates, long text, and types a record should not hold.
 TEXT_FIELDS = st.one_of(st.text(max_size=40), st.integers(65_530, 65_540).map(lambda n: "é" * (n // 2) + "a" * (n % 2)),
                         st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.none(), st.binary(max_size=3))
@@ -189,60 +135,6 @@ def test_a_sow_record_stores_the_same_value_compiled_and_in_python(ts: Any, seq:
     if compiled is not None:
         assert ("ok", compiled) == python
         assert SowRecord.decode("k", compiled) == record
-
-
-#: Frame payloads a connection reads: headers it will remember (with and without a publish store's "s"), ones
-#: it never remembers (a cid), broken ones, and payloads that are empty or too large for the connection.
-PAYLOADS = st.one_of(
-    st.tuples(st.sampled_from([b'{"c":"p","t":"orders"}', b'{"c":"p","t":"o","s":%d}', b'{"c":"p","cid":"%d"}',
-                               b'{"c":"p","t":"o","a":"persisted","s":%d}', b'{"c":', b'{"c":"p","s":"%d"}']),
-              st.integers(0, 10**20), st.binary(max_size=20))
-    .map(lambda t: (t[0] % t[1] if b"%d" in t[0] else t[0]) + t[2]),
-    st.binary(max_size=12), st.just(b""), st.just(b"x" * 90))
-
-
-def _read(data: bytes, chunks: list[int], compiled: bool) -> list[Any]:
-    """What a Connection gives for ``data`` arriving in ``chunks``: frames (header fields and body), sentinels,
-    and the error it fails with."""
-    from broker.protocol import _connection
-
-    was = _connection._remembered_frame
-    _connection._remembered_frame = publish.remembered_frame if compiled else None
-    try:
-        return _read_with(_connection, data, chunks)
-    finally:
-        _connection._remembered_frame = was
-
-
-def _read_with(_connection: Any, data: bytes, chunks: list[int]) -> list[Any]:
-    conn = _connection.Connection(max_frame_size=80)
-    events: list[Any] = []
-    at = 0
-    try:
-        for size in [*chunks, len(data)]:
-            conn.receive_data(data[at:at + size])
-            at += size
-            while (event := conn.next_event()) is not _connection.NEED_DATA:
-                events.append((event.header.fields(), event.body, type(event.body)))
-            events.append("need data")
-            if at >= len(data):
-                break
-        conn.receive_data(b"")
-        events.append(conn.next_event())
-    except Exception as exc:  # noqa: BLE001 - compared, not handled
-        events.append((type(exc).__name__, str(exc)))
-    events.append(conn.statistics().frames_received)
-    return events
-
-
-@settings(max_examples=300)
-@given(payloads=st.lists(PAYLOADS, max_size=12), chunks=st.lists(st.integers(1, 120), max_size=6),
-       cut=st.integers(0, 3))
-def test_a_connection_reads_the_same_frames_compiled_and_in_python(payloads: list[bytes], chunks: list[int],
-                                                                    cut: int) -> None:
-    data = b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
-    data = data[: len(data) - cut]  # sometimes a frame cut short at the end of the stream
-    assert _read(data, chunks, True) == _read(data, chunks, False)
 
 
 #: Journal entries as the engine builds them, with fields out of range, too long, or of the wrong type now and then.
