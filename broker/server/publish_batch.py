@@ -10,9 +10,10 @@ acks go one at a time through :meth:`PublishBatch._publish`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker import speedups
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import PERSISTED_ONLY, ack_header, requested_acks
 from broker.engine.publish import DUPLICATE, PublishMessage
@@ -28,6 +29,51 @@ if TYPE_CHECKING:
 PLAIN_PUBLISH = frozenset({"p", "publish", "delta_publish"})
 BATCH_ACKS = frozenset({"", "processed", "persisted", "processed,persisted", "persisted,processed"})
 _NO_ACKS: frozenset[str] = frozenset()
+
+
+def _batch_messages_python(frames: list[Any], entitled: Callable[[str, Header], Any] | None,
+                           check_sequence: Callable[[Any, int], None], messages: list[PublishMessage],
+                           accepted: list[Header], refused: dict[int, BrokerError]) -> bool:
+    """Each frame's :data:`PublishMessage` into ``messages`` and its header into ``accepted``, or the error that
+    refuses it before the engine (``entitled``, the entitlement check, ``None``: everything allowed; a sequence
+    jump, :meth:`PublishBatch._check_sequence` against the highest ``s`` accepted so far in this batch, which the
+    engine has not seen) into ``refused`` by position. Returns whether an accepted header asks for an ack.
+    (Twin of :func:`broker.speedups.batchfields.batch_messages`.)"""
+    high = 0
+    acked = False
+    for position, frame in enumerate(frames):
+        header = frame.header
+        command = header.command
+        seq = header.seq
+        if entitled is not None or seq:
+            try:
+                if entitled is not None:
+                    entitled(command, header)
+                if seq:
+                    if not (seq <= high + 1 and high):  # one past the last: within any jump limit
+                        check_sequence(seq, high)
+                    if seq > high:
+                        high = seq
+            except BrokerError as exc:
+                refused[position] = exc
+                continue
+        messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
+                         header.correlation_id, header.expiration))
+        accepted.append(header)
+        if not acked and header.ack_type:
+            acked = True
+    return acked
+
+
+def _failures_python(results: list[Any]) -> list[int]:
+    """The positions of ``results`` that are not ``int`` (the engine's refusals); twin of
+    :func:`broker.speedups.batchfields.failures`."""
+    return [i for i, result in enumerate(results) if result.__class__ is not int]
+
+
+_compiled = speedups.load("batchfields")
+_batch_messages = _compiled.batch_messages if _compiled is not None else _batch_messages_python
+_failures = _compiled.failures if _compiled is not None else _failures_python
 
 
 class PublishBatch:
@@ -63,35 +109,18 @@ class PublishBatch:
         whatever this client still waits for). A message refused alone is answered alone, as today.
         """
         self.messages_in += len(frames)
-        grants = self.grants
-        check_sequence = self._check_sequence
         messages: list[PublishMessage] = []
         accepted: list[Header] = []
         # Refused before the engine (entitlement, sequence jump), by position in the batch: answered in order
         # with the others below, so that no persisted ack overtakes an earlier message's (see _failed).
         refused: dict[int, BrokerError] = {}
-        # Sequence checks against the highest s accepted so far in this batch (the engine has not seen them).
-        high = 0
-        for position, frame in enumerate(frames):
-            header = frame.header
-            command = header.command
-            seq = header.seq
-            if grants is not None or seq:
-                try:
-                    if grants is not None:
-                        self._entitled(command, header)
-                    if seq:
-                        if not (seq <= high + 1 and high):  # one past the last: within any jump limit
-                            check_sequence(seq, high)
-                        if seq > high:
-                            high = seq
-                except BrokerError as exc:
-                    refused[position] = exc
-                    continue
-            messages.append((header.topic, frame.body, command == "delta_publish", seq, header.sow_key,
-                             header.correlation_id, header.expiration))
-            accepted.append(header)
+        acked = _batch_messages(frames, self._entitled if self.grants is not None else None, self._check_sequence,
+                                messages, accepted, refused)
         results = self.engine.publish_batch(self, messages, self.transport.max_message_depth) if messages else []
+        if not acked and not refused:  # no acks to answer (W5's publisher): only failures, answered alone
+            for i in _failures(results):
+                self._failed(accepted[i], _NO_ACKS, accepted[i].command, results[i])  # type: ignore[arg-type]
+            return
         pairs: Any = zip(accepted, results, strict=True)
         if refused:  # back in the order the frames came
             applied = iter(pairs)
