@@ -13,13 +13,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker import speedups
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
 from broker.engine.counters import EngineCounters
 from broker.errors import BrokerError, CommandError
 from broker.faults import fault_point
+from broker.messagetypes import JsonMessageType
+from broker.sow.cache import CachedStorage
 from broker.sow.record import EXPIRY_OFFSET, RECORD_EXPIRY, SowRecord, record_value
 from broker.sow.topic import SowTopic
 from broker.txlog.records import Command
+
+_compiled = speedups.load("publish")
+#: The compiled keyed run's two passes (:meth:`PublishSteps._keyed_run`); ``None``: the Python loop does every run.
+_keyed_scan = _compiled.keyed_scan if _compiled is not None else None
+_stored_values = _compiled.stored_values if _compiled is not None else None
 
 
 @dataclass
@@ -79,6 +87,8 @@ class PublishSteps:
 
         def _plain_run(self, client: Any, topic: str, messages: Sequence[PublishMessage], start: int, end: int,
                        results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int) -> bool: ...
+
+        def _count_topic(self, topic: str, received: int, delivered: int) -> None: ...
 
     def _note_publisher(self, name: str, now_ns: int) -> None:
         """Mark a publisher active and, at most every quarter expiration, forget the inactive ones."""
@@ -185,6 +195,9 @@ class PublishSteps:
             # here awaits, so no subscription can come between this and the fan-out.
             router = self.router
             bare = not router.candidates(topic) and not router.windows.covers(topic)
+            if bare and not full and _keyed_scan is not None and self._keyed_run(
+                    client, topic, sow, messages, start, end, results, now_ns, max_depth, high, logged):
+                return
             stored_value = sow.storage.get
         else:
             mt = client.message_type
@@ -294,6 +307,76 @@ class PublishSteps:
             if self.publisher_expiration_ns:
                 self._note_publisher(name, now_ns)
         self._deliver_run(topic, sow, run, results, now_ns)
+
+    def _keyed_run(self, client: Any, topic: str, sow: SowTopic, messages: Sequence[PublishMessage], start: int,
+                   end: int, results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int,
+                   logged: bool) -> bool:
+        """:meth:`_publish_run` for the usual ingest, compiled: plain publishes of JSON objects to a SOW topic with
+        the ``default`` key of top-level names, a complete or warm record cache, no expiration or history, and no
+        subscription or paginated window on the topic (the fan-out has nothing to do but count). One pass
+        (:func:`broker.speedups.publish.keyed_scan`) works out each message's key, whether it replaces a record
+        and its journal entry without a ``RunMessage``, ``SowRecord`` or parsed message; the journal append, the
+        SOW write and the commit are the same as :meth:`_publish_run`'s. Returns False, having changed nothing,
+        when the topic or any message of the run needs the Python loop (which then applies the whole run)."""
+        storage = sow.storage
+        generator = sow.key_generator
+        mt = sow.message_type
+        if (type(storage) is not CachedStorage or sow.default_expiration is not None or sow.history is not None
+                or generator is None or type(mt) is not JsonMessageType or type(messages) is not list):
+            return False
+        recipe_of = getattr(generator, "top_level_recipe", None)
+        recipe = recipe_of() if recipe_of is not None else None
+        if recipe is None:
+            return False
+        name = client.name
+        scan = _keyed_scan(messages, start, end, -1 if max_depth is None else max_depth, recipe[0], recipe[1],
+                           storage.held, storage.complete, high, bool(name), now_ns, _PUBLISH)
+        if scan is None:
+            return False
+        indices, entries, xs, duplicates, received, inserts, new_keys, hits, absent, top = scan
+        first = 0
+        journal: Any = self.journal
+        if entries and logged:
+            try:
+                first = journal.append_many(topic, entries, publisher_hash=client.name_hash, message_type=mt.name,
+                                            held=True)
+            except BrokerError:
+                return False  # nothing appended: the Python loop answers each message (one may be refused alone)
+        storage.count_reads(hits, absent)
+        for i in duplicates:
+            results[i] = DUPLICATE
+        self.counters.messages_received += received
+        if not entries:
+            return True
+        puts = _stored_values(entries, xs, first, f"{journal.instance_hash}|" if logged else "")
+        if logged:
+            fault_point("sow-before-write", len(entries))  # the run's journal records appended (held), SOW not written
+        try:
+            sow.upsert_values(puts, inserts, new_keys)
+        except BaseException as exc:
+            if logged:
+                journal.retract(first)
+            if not isinstance(exc, BrokerError):
+                raise
+            for i in indices:
+                results[i] = exc
+            return True
+        if logged:
+            journal.release(first)
+            fault_point("sow-after-write", len(entries))  # applied to the SOW, the journal records not yet durable
+        if top and name:  # only once applied: a publish that failed may be sent again
+            if top > self.publisher_seq.get(name, 0):
+                self.publisher_seq[name] = top
+            if self.publisher_expiration_ns:
+                self._note_publisher(name, now_ns)
+        sequence = first
+        for i in indices:
+            results[i] = sequence
+            if logged:
+                sequence += 1
+        # What the fan-out does for a run on a topic nobody subscribes to (Engine._deliver_run): count it.
+        self._count_topic(topic, len(entries), 0)
+        return True
 
     def _journal_run(self, client: Any, topic: str, message_type: str, run: list[RunMessage],
                      results: list[int | BrokerError], now_ns: int, *, held: bool) -> int:

@@ -108,6 +108,21 @@ class CachedStorage(Storage):
                 known[key] = value is not None
         return known
 
+    @property
+    def held(self) -> OrderedDict[bytes, bytes | None]:
+        """The cache itself, key -> stored value (``None``: known to be absent), for the compiled publish run
+        (:func:`broker.speedups.publish.keyed_scan`) to read without a call per key. Read only: writes go through
+        :meth:`write`; reads made from it are counted with :meth:`count_reads`."""
+        return self._lru
+
+    def count_reads(self, hits: int, absent: int) -> None:
+        """Count reads of :attr:`held` made by the caller: ``hits`` answered by an entry, ``absent`` answered by a
+        missing one while :attr:`complete` (as :meth:`get` counts them; its move to the most recently used end is
+        left to the write that follows)."""
+        self.hits += hits
+        self.misses += absent
+        self.absent_known += absent
+
     def cached(self, key: bytes) -> bytes | None | Any:
         """The cached value of ``key`` (``None``: known to be absent), or :data:`MISS` when not cached."""
         value = self._lru.get(key, _MISS)

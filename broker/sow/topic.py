@@ -161,6 +161,18 @@ class SowTopic:
             if rec.expire_at_ns:
                 heapq.heappush(heap, (rec.expire_at_ns, rec.key))
 
+    def upsert_values(self, puts: list[tuple[bytes, bytes]], inserts: int, new_keys: int) -> None:
+        """:meth:`upsert_many` of records already encoded, ``(key, stored value)`` each, none expiring, on a topic
+        without history (the compiled publish run): one storage write, ``inserts`` of them new keys, ``new_keys``
+        distinct keys absent before.
+
+        Raises:
+            StorageError: the write failed; nothing was stored.
+        """
+        self.storage.write_puts(puts, new_keys)
+        self.stats.inserts += inserts
+        self.stats.updates += len(puts) - inserts
+
     def delete_keys(self, keys: Iterable[str]) -> list[SowRecord]:
         """Delete the records with these keys; returns the records that existed."""
         removed: list[SowRecord] = []

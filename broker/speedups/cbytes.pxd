@@ -50,3 +50,23 @@ cdef inline bint brackets_within(const char *p, Py_ssize_t n, Py_ssize_t max_dep
     if braces > max_depth:
         return False
     return braces + _count_within(p, n, b'[', max_depth - braces) <= max_depth
+
+
+cdef inline bint wide_integer(const char *p, Py_ssize_t n) noexcept:
+    """Whether the ``n`` bytes at ``p`` have a run of 20 digits, or of 19 after a ``-``: an integer literal that may
+    be beyond what orjson keeps exact (-2**63 .. 2**64-1), or digits in a string or a fraction (then the exact parse
+    agrees with orjson). A nanosecond timestamp (19 digits) is not wide. Every 19th byte is looked at: any 19
+    consecutive bytes hold one of them, and only a run through a digit seen there is measured."""
+    cdef Py_ssize_t i, s, e
+    for i in range(0, n, 19):
+        if not (b'0' <= p[i] <= b'9'):
+            continue
+        s = i
+        while s > 0 and b'0' <= p[s - 1] <= b'9':
+            s -= 1
+        e = i + 1
+        while e < n and b'0' <= p[e] <= b'9':
+            e += 1
+        if e - s >= 20 or (e - s == 19 and s > 0 and p[s - 1] == b'-'):
+            return True
+    return False

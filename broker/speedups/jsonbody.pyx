@@ -18,7 +18,8 @@ wider than 64 bits, which orjson would turn into a float; a top level that is no
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from broker.speedups.cbytes cimport brackets_within
+from broker.speedups.cbytes cimport brackets_within, wide_integer
+from broker.speedups.jsonobject cimport json_object
 
 import json
 
@@ -29,25 +30,9 @@ cdef object _std_loads = json.loads
 cdef object _JSONDecodeError = orjson.JSONDecodeError
 
 
-cdef bint _wide(bytes data):
-    """Whether ``data`` has a run of 20 digits, or of 19 after a ``-``: an integer literal that may be beyond
-    what orjson keeps exact (-2**63 .. 2**64-1), or digits in a string or a fraction (then the exact parse
-    agrees with orjson). A nanosecond timestamp (19 digits) is not wide. Every 19th byte is looked at: any 19
-    consecutive bytes hold one of them, and only a run through a digit seen there is measured."""
-    cdef const char *p = PyBytes_AS_STRING(data)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), i, s, e
-    for i in range(0, n, 19):
-        if not (b'0' <= p[i] <= b'9'):
-            continue
-        s = i
-        while s > 0 and b'0' <= p[s - 1] <= b'9':
-            s -= 1
-        e = i + 1
-        while e < n and b'0' <= p[e] <= b'9':
-            e += 1
-        if e - s >= 20 or (e - s == 19 and s > 0 and p[s - 1] == b'-'):
-            return True
-    return False
+cdef inline bint _wide(bytes data):
+    """Whether ``data`` may hold an integer wider than orjson keeps exact (``cbytes.wide_integer``)."""
+    return wide_integer(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
 cdef inline bint _within_bound(bytes data, Py_ssize_t max_depth):
@@ -73,15 +58,8 @@ def parse_object(data, Py_ssize_t max_depth, message_class):
     """``message_class(data, doc)`` for a ``bytes`` body that holds a JSON object with at most ``max_depth``
     brackets (``-1``: no bound), or ``None`` for the pure-Python code to decide (see the module docstring).
     """
-    if type(data) is not bytes or not _within_bound(data, max_depth) or _wide(data):
-        return None
-    try:
-        doc = _loads(data)
-    except _JSONDecodeError:
-        return None
-    if type(doc) is not dict:
-        return None
-    return message_class(data, doc)
+    doc = json_object(data, max_depth, _loads, _JSONDecodeError)
+    return None if doc is None else message_class(data, doc)
 
 
 def lazy_message(data, Py_ssize_t max_depth, message_class):

@@ -6,7 +6,10 @@
 - :func:`default_key`: the ``default`` key generator's key (:mod:`plugins.keygen.default`), BLAKE2b-64 in C;
   :func:`default_key_doc` the same from a decoded JSON object's top-level names, without the message's ``get``;
 - :func:`record_value`: a SOW record's stored value (:meth:`broker.sow.record.SowRecord.encode`), and
-  :func:`record_from_value` the record back (:meth:`broker.sow.record.SowRecord.decode`).
+  :func:`record_from_value` the record back (:meth:`broker.sow.record.SowRecord.decode`);
+- :func:`keyed_scan` and :func:`stored_values`: a run of plain JSON publishes to a SOW topic nobody reads
+  (:meth:`broker.engine.publish.PublishSteps._keyed_run`): parse, key, previous record and journal entry per
+  message in one pass, then the stored values once the journal has numbered them.
 
 Each handles the usual exact types (``bytes``, ``int`` within range, ``str`` values) and hands anything else
 to the pure-Python code, so both give the same results and the same errors on every input.
@@ -18,7 +21,16 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.object cimport PyObject
+
 from broker.speedups.crc32c cimport broker_crc32c_extend, broker_crc32c_hw, broker_crc32c_init
+from broker.speedups.jsonobject cimport json_object
+
+import orjson
+
+cdef object _json_loads = orjson.loads
+cdef object _JSONDecodeError = orjson.JSONDecodeError
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
@@ -391,3 +403,136 @@ cdef inline Py_ssize_t _decimal(char *out, uint64_t v) noexcept:
     for i in range(n):
         out[i] = digits[n - 1 - i]
     return n
+
+
+def keyed_scan(list messages, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_depth, bytes domain_prefix,
+               tuple names, held, bint complete, high, bint named, long long now_ns, int command):
+    """The first pass of :meth:`broker.engine.publish.PublishSteps._keyed_run` over ``messages[start:end]`` (plain
+    publishes of JSON objects to one SOW topic with the ``default`` key of top-level names, no subscription or
+    window on it): what ``_publish_run``'s loop works out per message, without its objects. Nothing is changed
+    anywhere; ``None`` when any message needs the Python code (a delta, a body that is not a ``bytes`` JSON object
+    within the bracket bound and without wide integers, a key value :func:`default_key` does not take, a
+    correlation id that is not UTF-8 text, a key the cache does not hold while it is not complete, a replaced
+    record that has expired): then the Python loop applies the whole run, with its own errors.
+
+    Args:
+        messages, start, end: The batch and the run (:data:`broker.engine.publish.PublishMessage` tuples).
+        max_depth: The publisher's nesting bound (``-1``: none).
+        domain_prefix, names: The key generator's recipe (:meth:`DefaultKeyGenerator.top_level_recipe`).
+        held: The topic's record cache (:attr:`CachedStorage.held`: stored value or ``None`` per encoded key).
+        complete: Whether the cache holds every record (a key it does not hold has none).
+        high: The highest publish-store ``s`` applied or journaled for the publisher; ``named``: it has a name.
+        now_ns: The batch's time: message ``i``'s timestamp is ``now_ns + i``.
+        command: The journal command number of a publish.
+
+    Returns:
+        ``(indices, entries, xs, duplicates, received, inserts, new_keys, hits, absent, top)``: the applied
+        messages' positions, their journal entries (:meth:`JournalWriter.append_many`) and correlation ids; the
+        positions of re-sent publishes; the messages not re-sent; how many are inserts and how many distinct keys
+        were absent; cache reads answered by a held entry and, while complete, by its absence; the highest ``s``.
+    """
+    cdef list indices = [], entries = [], xs = [], duplicates = []
+    cdef set seen = set()
+    cdef Py_ssize_t i, received = 0, inserts = 0, new_keys = 0, hits = 0, absent = 0, j, n = len(names)
+    cdef PyObject *found
+    cdef const uint8_t *v
+    cdef uint64_t until
+    cdef tuple message
+    cdef list values
+    top = 0
+    for i in range(start, end):
+        message = messages[i]  # a PublishMessage tuple (TypeError otherwise, as unpacking one would raise)
+        body = message[1]
+        seq = message[3]
+        if seq and named and seq <= high:
+            duplicates.append(i)
+            continue
+        received += 1
+        if message[2]:
+            return None
+        doc = json_object(body, max_depth, _json_loads, _JSONDecodeError)
+        if doc is None:
+            return None
+        values = [(<dict>doc).get(names[j]) for j in range(n)]
+        key = _key_of(domain_prefix, values)
+        if key is None:
+            return None
+        x = message[5]
+        if not x:
+            x = ""
+        elif type(x) is not str:
+            return None
+        try:
+            kb = key.encode()
+            xb = x.encode()
+        except UnicodeEncodeError:
+            return None
+        if PyBytes_GET_SIZE(xb) > 0xFFFF:
+            return None
+        if kb in seen:  # an earlier message of the run wrote it: an update
+            pass
+        else:
+            found = PyDict_GetItemWithError(held, kb)
+            if found == NULL:
+                if not complete:
+                    return None
+                absent += 1
+                inserts += 1
+                new_keys += 1
+            elif <object>found is None:  # held as absent
+                hits += 1
+                inserts += 1
+                new_keys += 1
+            else:
+                hits += 1
+                if type(<object>found) is not bytes or PyBytes_GET_SIZE(<object>found) < RECORD_HEAD:
+                    return None
+                v = <const uint8_t *>PyBytes_AS_STRING(<object>found)
+                until = _get64(v + 16)
+                if until and until <= <uint64_t>now_ns:
+                    return None
+            seen.add(kb)
+        if not seq:
+            seq = 0
+        entries.append((command, body, kb, seq, xb, 0, now_ns + i))
+        indices.append(i)
+        xs.append(x)
+        if seq and seq > high:
+            high = seq
+        if seq > top:
+            top = seq
+    return indices, entries, xs, duplicates, received, inserts, new_keys, hits, absent, top
+
+
+def stored_values(list entries, list xs, first, str prefix):
+    """``(key, stored value)`` per entry of :func:`keyed_scan`, the journal having numbered them from ``first``
+    (0: the topic is not logged, then sequence 0 and no bookmark): what :func:`record_value` makes of the records
+    ``_publish_run`` would build (timestamp ``entry[6]``, bookmark ``f"{prefix}{sequence}|"``, no expiration)."""
+    cdef list puts = []
+    cdef Py_ssize_t j, n = len(entries), blen, xlen, dlen
+    cdef const char *bm
+    cdef const char *x
+    cdef uint8_t *p
+    cdef tuple entry
+    seq = first
+    for j in range(n):
+        entry = entries[j]
+        bookmark = f"{prefix}{seq}|" if first else ""
+        bm = PyUnicode_AsUTF8AndSize(bookmark, &blen)
+        x = PyUnicode_AsUTF8AndSize(xs[j], &xlen)  # at most 65,535 bytes (keyed_scan)
+        data = entry[1]
+        dlen = PyBytes_GET_SIZE(data)
+        out = PyBytes_FromStringAndSize(NULL, RECORD_HEAD + blen + xlen + dlen)
+        p = <uint8_t *>PyBytes_AS_STRING(out)
+        _put64(p, entry[6])
+        _put64(p + 8, seq)
+        _put64(p + 16, 0)
+        _put16(p + 24, blen)
+        _put16(p + 26, xlen)
+        memcpy(p + RECORD_HEAD, bm, blen)
+        memcpy(p + RECORD_HEAD + blen, x, xlen)
+        memcpy(p + RECORD_HEAD + blen + xlen, PyBytes_AS_STRING(data), dlen)
+        puts.append((entry[2], out))
+        if first:
+            seq += 1
+    return puts

@@ -144,6 +144,14 @@ class DefaultKeyGenerator(KeyGenerator):
         #: values are then its decoded object's entries (:func:`_top_level_names`).
         self._top_names = _top_level_names(self._field_tuple)
 
+    def top_level_recipe(self) -> tuple[bytes, tuple[str, ...]] | None:
+        """``(domain prefix, top-level names)`` when every key path is a plain top-level name and the compiled key
+        is built: what :func:`broker.speedups.publish.keyed_scan` needs to make the key of a decoded JSON object
+        itself (the same key as :meth:`generate`). ``None`` otherwise."""
+        if _compiled_doc_key is None or self._top_names is None:
+            return None
+        return self._domain, self._top_names
+
     def generate(self, message: Any) -> str:
         """The key of ``message``: see the module docstring for the exact recipe.
 
