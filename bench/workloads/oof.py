@@ -15,6 +15,7 @@ own), so the rows have no ratio.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -45,6 +46,41 @@ def loop_thread_times(pid: int) -> tuple[float, float] | None:
     except (OSError, ValueError):
         return None
     return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def thread_times(pid: int) -> dict[int, tuple[float, float]]:
+    """Every thread of process ``pid``: thread id -> (seconds on a CPU, seconds runnable but waiting for one),
+    from each thread's ``schedstat`` (Linux); empty where that is not readable."""
+    times: dict[int, tuple[float, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return times
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                on_cpu, waiting = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        times[int(tid)] = (int(on_cpu) / 1e9, int(waiting) / 1e9)
+    return times
+
+
+def other_threads(pid: int, before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]],
+                  updates: int) -> list[dict[str, float]]:
+    """The broker's threads other than the event loop's (LevelDB's background compaction, the journal's sync
+    thread, query threads) over a phase: per thread, its CPU and its run-queue wait in microseconds per update,
+    busiest first (threads that ended during the phase are not seen)."""
+    rows = []
+    for tid, (cpu1, wait1) in after.items():
+        if tid == pid:
+            continue
+        cpu0, wait0 = before.get(tid, (0.0, 0.0))
+        if cpu1 - cpu0 > 0:
+            rows.append({"cpu_us_per_update": round((cpu1 - cpu0) / updates * 1e6, 1),
+                         "waiting_us_per_update": round((wait1 - wait0) / updates * 1e6, 1)})
+    rows.sort(key=lambda r: -r["cpu_us_per_update"])
+    return rows
 
 
 def latency_timeline(samples: list[tuple[int, int]]) -> dict[str, float | int]:
@@ -114,6 +150,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         snap_usage = meter.stop()
         meter.start()
         loop0 = loop_thread_times(ctx.broker.pid)
+        threads0 = thread_times(ctx.broker.pid)
         ticks = machine_ticks()
         publish = client.publish  # type: ignore[attr-defined]
         t0 = time.perf_counter()
@@ -132,6 +169,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         usage = meter.stop()
         busy = machine_busy(ticks, machine_ticks())  # broker, publisher and subscribers share the cores
         loop1 = loop_thread_times(ctx.broker.pid)
+        threads1 = thread_times(ctx.broker.pid)
 
     who = f"{subscribers} subscriber{'s' if subscribers > 1 else ''}"
     per_sub = []
@@ -158,6 +196,7 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         "snapshot_records": [p["snapshot_records"] for p in per_sub], "expected": open_records,
         "summary": f"{subscribers} x {open_records:,} records" + ("" if snap_ok else " MISMATCH"),
     }
+    others = other_threads(ctx.broker.pid, threads0, threads1, u) if threads1 else []
     checks_upd = {
         "records_left_filter": len(leave_set), "publishes_expected": stay, "per_subscriber": per_sub,
         "oof_exactly_once": exact,
@@ -167,7 +206,8 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
                     + (f"; cores {busy:.0%} busy" if busy is not None else "")
                     + (f"; publisher late p99 {pub_late['p99_ms']:.1f} ms" if pub_late else "")
                     + (f"; event loop {(loop1[0] - loop0[0]) / u * 1e6:.0f} us/update"
-                       if loop0 is not None and loop1 is not None else "")),
+                       if loop0 is not None and loop1 is not None else "")
+                    + (f", other threads {sum(r['cpu_us_per_update'] for r in others):.0f}" if others else "")),
     }
     snap_fig = Figure("broker", slowest * 1000, "ms", higher_is_better=False, cpu_s=snap_usage.cpu_s,
                       peak_rss_mb=snap_usage.peak_rss_mb,
@@ -181,6 +221,8 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
         detail["loop_cpu_s"] = round(loop1[0] - loop0[0], 3)
         detail["loop_cpu_us_per_update"] = round((loop1[0] - loop0[0]) / u * 1e6, 1)
         detail["loop_waiting_for_cpu_s"] = round(loop1[1] - loop0[1], 3)
+    if others:
+        detail["other_threads"] = others
     upd_fig = Figure("broker", u / pub_s, "upd/s", latency=Latency.from_ns(latencies), cpu_s=usage.cpu_s,
                      peak_rss_mb=usage.peak_rss_mb, detail=detail)
     scan = ctx.limits.get("plyvel scan")

@@ -36,6 +36,18 @@ Reads use a bloom filter (``bloom_filter_bits``, default 10 bits per key): a poi
 most one data block instead of one per LevelDB level whose key range covers the key, and a read of a
 key that is not there (an insert) usually touches none.
 
+**LevelDB's background thread runs below the event loop** (nice +10 from the loop's, at most 19). LevelDB does its
+memtable flushes and compactions on one thread per process, shared by every open database; with updates spread
+over a large topic, most of its work is *read-triggered* ("seek") compaction, which LevelDB starts when point
+reads look into more than one table and which no option turns off: 18-25 us of that thread's CPU per update at
+10k updates/s over 1M records (about 44 MB/s rewritten for 2.5 MB/s of updates), a quarter of the broker's CPU in
+W3 (docs/bench.md). At the default priority it takes a core from the event loop, which every client waits for,
+whenever the machine is busy; niced, it runs on what the loop and the other processes leave (a whole idle core on
+a quiet machine, so it keeps up as before) and, starved, does fewer of the optional seek compactions. The
+compactions LevelDB needs (a memtable flush, too many level-0 tables) still happen: when they fall far behind,
+LevelDB slows or blocks writes, the loop then waits and the thread gets the CPU. The thread is found at the first
+open in the process (:func:`lower_background_priority`); where it cannot be (not Linux), nothing changes.
+
 **A full disk.** When a write fails with an I/O error (ENOSPC or EDQUOT on LevelDB's log or on a table a
 background compaction writes), LevelDB keeps failing every later write with that error, even once space
 returns, until the database is opened again. So the storage stops writing (each write raises
@@ -53,6 +65,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -81,7 +95,70 @@ RECOVER_BACKOFF = (0.1, 5.0)
 #: Free bytes needed beyond the size of LevelDB's log files before a reopen is tried.
 REOPEN_MARGIN = 512 * 1024
 
+#: How much lower than the event loop's LevelDB's background thread runs (added to the loop thread's niceness,
+#: at most 19; see the module docstring).
+BACKGROUND_NICE = 10
+
 log = logging.getLogger("broker.sow")
+
+
+def _task_ids() -> set[int]:
+    """The ids of this process's threads (Linux ``/proc/self/task``)."""
+    return {int(name) for name in os.listdir("/proc/self/task")}
+
+
+def _python_thread_ids() -> set[int]:
+    return {t.native_id for t in threading.enumerate() if t.native_id is not None}
+
+
+class _Background:
+    """LevelDB's background thread: one per process (its default Env's), shared by every open database."""
+
+    lock = threading.Lock()
+    #: Whether the thread was looked for (once per process).
+    done = False
+    #: Its thread id once found and lowered, else ``None``.
+    tid: int | None = None
+
+
+def lower_background_priority(step: int = BACKGROUND_NICE) -> int | None:
+    """Lower the scheduling priority of LevelDB's background thread ``step`` below the event loop's (once per
+    process; see the module docstring). Returns the thread id, or ``None`` where it could not be found or
+    lowered (not Linux, no temporary directory, the thread started by something else before): LevelDB then
+    runs as it always did.
+
+    LevelDB starts the thread at its first compaction, so this makes one: a put and a ``compact_range`` in a
+    throw-away database in a temporary directory; the thread that appeared meanwhile, and that Python did not
+    start, is LevelDB's.
+    """
+    with _Background.lock:
+        if _Background.done:
+            return _Background.tid
+        _Background.done = True
+        try:
+            before = _task_ids()
+            with tempfile.TemporaryDirectory(prefix="broker-leveldb-") as tmp:
+                db = plyvel.DB(tmp, create_if_missing=True)
+                try:
+                    db.put(b"k", b"v")
+                    db.compact_range()  # the memtable's flush runs on the background thread: it exists now
+                finally:
+                    db.close()
+            found = _task_ids() - before - _python_thread_ids()
+            if len(found) != 1:
+                log.debug("LevelDB's background thread not found (%d new threads); its priority is left as is",
+                          len(found))
+                return None
+            (tid,) = found
+            loop_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the main thread: the event loop
+            nice = min(19, max(os.getpriority(os.PRIO_PROCESS, tid), loop_nice + step))
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except (OSError, plyvel.Error, AttributeError) as exc:  # AttributeError: no os.setpriority (not POSIX)
+            log.debug("LevelDB's background thread keeps its priority: %s", exc)
+            return None
+        log.debug("LevelDB's background thread %d runs at nice %d", tid, nice)
+        _Background.tid = tid
+        return tid
 
 
 def _positive_size(value: str) -> int:
@@ -254,6 +331,7 @@ class LevelDBStorage(Storage):
         Raises:
             StorageError: It cannot be opened or read.
         """
+        lower_background_priority()
         try:
             db = plyvel.DB(self.path, **self._db_kwargs)
         except plyvel.Error as exc:

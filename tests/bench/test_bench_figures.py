@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.figures import Figure, Latency, Row, percentile
 from bench.messages import SIZE, doc, sent_ns
 from bench.workloads.durable import ack_latencies
-from bench.workloads.oof import plan_updates
+from bench.workloads.oof import other_threads, plan_updates
 
 
 def test_ratio_is_broker_over_best_peer_for_rates() -> None:
@@ -60,3 +60,12 @@ def test_a_later_oof_plan_leaves_records_already_out_of_the_filter_alone() -> No
     plan, leaving = plan_updates(1000, 500, seed=9, exclude=frozenset(first))
     assert len(leaving) == 50 and not leaving & first
     assert not any(i in first for i, _state in plan)
+
+
+def test_w3_other_threads_leave_out_the_event_loop_and_put_the_busiest_first() -> None:
+    before = {100: (5.0, 1.0), 101: (1.0, 0.5), 102: (2.0, 0.0)}
+    after = {100: (9.0, 3.0), 101: (1.5, 0.6), 102: (4.0, 1.0), 103: (0.1, 0.2)}  # 103 started in the phase
+    rows = other_threads(100, before, after, updates=100_000)
+    assert rows == [{"cpu_us_per_update": 20.0, "waiting_us_per_update": 10.0},
+                    {"cpu_us_per_update": 5.0, "waiting_us_per_update": 1.0},
+                    {"cpu_us_per_update": 1.0, "waiting_us_per_update": 2.0}]

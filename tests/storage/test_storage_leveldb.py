@@ -160,3 +160,50 @@ def test_path_that_cannot_be_created_is_named(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(StorageError, match="file"):
         LevelDBStorage(StorageSpec(topic="t", path=str(blocker / "db")))
+
+
+
+_BACKGROUND_PROBE = r"""
+import os, sys
+from broker.sow.storage import StorageSpec
+from broker_plugins.storage.leveldb import LevelDBStorage
+
+def threads():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out[int(tid)] = (int(fields[16]), int(fields[11]) + int(fields[12]))  # nice, utime + stime (ticks)
+    return out
+
+main = os.getpid()
+nice_before = os.getpriority(os.PRIO_PROCESS, main)
+store = LevelDBStorage(StorageSpec(topic="t", path=sys.argv[1]))
+before = threads()
+for n in range(8):  # memtable flushes and compactions: the work of LevelDB's background thread
+    store.write(puts=[(b"%08d" % (i * 7919 % 200_000), b"x" * 200) for i in range(n * 25_000, (n + 1) * 25_000)])
+    store._db.compact_range()
+after = threads()
+store.close()
+print(nice_before, after[main][0], *[f"{tid}:{after[tid][0]}:{after[tid][1] - before.get(tid, (0, 0))[1]}"
+                                     for tid in after if tid != main])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities are read from Linux's /proc")
+def test_leveldb_background_thread_runs_below_the_event_loop(tmp_path: Path) -> None:
+    """LevelDB's compactions run on a thread niced below the event loop's, which keeps its priority (in a fresh
+    process, as in the broker)."""
+    import subprocess
+    import sys
+
+    from broker_plugins.storage.leveldb import BACKGROUND_NICE
+
+    out = subprocess.run([sys.executable, "-c", _BACKGROUND_PROBE, str(tmp_path / "t")], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    nice_before, main_nice = int(out[0]), int(out[1])
+    others = [tuple(map(int, item.split(":"))) for item in out[2:]]
+    assert main_nice == nice_before
+    worker = max(others, key=lambda t: t[2])  # the thread that did the compactions' work
+    assert worker[2] > 0, others
+    assert worker[1] == min(19, nice_before + BACKGROUND_NICE), others
