@@ -16,7 +16,7 @@ for more bytes or fails with its message.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_Copy, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from cpython.object cimport PyObject, PyObject_GenericGetDict, PyObject_GenericSetDict, PyTypeObject
@@ -77,13 +77,13 @@ cdef object _header_at(const char *data, Py_ssize_t start, Py_ssize_t end, dict 
     cdef Py_ssize_t close = -1 if close_at == NULL else close_at - data
     cdef PyObject *found
     if close <= 0:  # as buf.find's -1 (or 0) makes the Python code look up b""
-        found = PyDict_GetItem(headers, b"")
+        found = PyDict_GetItemWithError(headers, b"")
         body_start[0] = close + 1
         template[0] = found
         return None if found == NULL else <object>found
     cdef Py_ssize_t klen = close + 1 - start
     key = PyBytes_FromStringAndSize(data + start, klen)
-    found = PyDict_GetItem(headers, key)
+    found = PyDict_GetItemWithError(headers, key)
     body_start[0] = close + 1
     template[0] = found
     if found != NULL:
@@ -100,7 +100,7 @@ cdef object _header_at(const char *data, Py_ssize_t start, Py_ssize_t end, dict 
                 j += 1
             digits = j - (i + 4)
             if 1 <= digits <= 19 and j < klen and (k[j] == b',' or k[j] == b'}'):
-                found = PyDict_GetItem(headers, PyBytes_FromStringAndSize(k, i + 4)
+                found = PyDict_GetItemWithError(headers, PyBytes_FromStringAndSize(k, i + 4)
                                        + PyBytes_FromStringAndSize(k + j, klen - j))
                 template[0] = found
                 if found == NULL:

@@ -64,13 +64,20 @@ def _outcome(fn: Any, frames: list[Frame], grants: bool, refuse_topic: str | Non
             checks.calls)
 
 
+def _not_interned(header: Header) -> Header:
+    """The same header with keys that are equal to the canonical names but other objects."""
+    return Header._from_dict({"".join(list(name)): value for name, value in header.__dict__.items()})
+
+
 @settings(max_examples=400)
-@given(headers=st.lists(st.tuples(HEADERS, st.booleans()), max_size=10), grants=st.booleans(),
-       refuse_topic=TEXT, jump=st.one_of(st.none(), st.integers(0, 4)))
-def test_a_batch_reads_the_same_messages_compiled_and_in_python(headers: list[tuple[Header, bool]], grants: bool,
+@given(headers=st.lists(st.tuples(HEADERS, st.sampled_from(["Header", "subclass", "keys not interned"])),
+                        max_size=10),
+       grants=st.booleans(), refuse_topic=TEXT, jump=st.one_of(st.none(), st.integers(0, 4)))
+def test_a_batch_reads_the_same_messages_compiled_and_in_python(headers: list[tuple[Header, str]], grants: bool,
                                                                  refuse_topic: str | None, jump: int | None) -> None:
-    frames = [Frame(Subheader._from_dict(dict(h.__dict__)) if sub else h, b'{"n":%d}' % n)
-              for n, (h, sub) in enumerate(headers)]
+    made = {"Header": lambda h: h, "subclass": lambda h: Subheader._from_dict(dict(h.__dict__)),
+            "keys not interned": _not_interned}
+    frames = [Frame(made[kind](h), b'{"n":%d}' % n) for n, (h, kind) in enumerate(headers)]
     compiled = _outcome(batchfields.batch_messages, frames, grants, refuse_topic, jump)
     assert compiled == _outcome(publish_batch._batch_messages_python, frames, grants, refuse_topic, jump)
     # Whether a header asks for an ack is what the session's answer loop checks.
