@@ -442,6 +442,8 @@ def keyed_scan(list messages, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_d
     top = 0
     for i in range(start, end):
         message = messages[i]  # a PublishMessage tuple (TypeError otherwise, as unpacking one would raise)
+        if len(message) != 7:  # (no bounds checks in these modules) the Python loop's unpacking says what is wrong
+            return None
         body = message[1]
         seq = message[3]
         if seq and named and seq <= high:
