@@ -195,14 +195,17 @@ class CachedStorage(Storage):
     def _remember(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Hold ``pairs`` just written (``None``: deleted) as the most recently used, within the bound."""
         lru = self._lru
-        pop = lru.pop
+        get = lru.get
+        to_end = lru.move_to_end
         size = self._bytes
         for key, value in pairs:
-            was = pop(key, _MISS)  # re-inserted at the end: the most recently used
-            if was is not _MISS:
-                size -= len(key) + (len(was) if was is not None else 0) + ENTRY_OVERHEAD
+            was = get(key, _MISS)
             lru[key] = value
-            size += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if was is _MISS:  # a new entry goes in at the end: the most recently used
+                size += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            else:  # replaced in place, then moved to the end (no delete: the dict keeps no dummy slot to clean up)
+                to_end(key)
+                size += (len(value) if value is not None else 0) - (len(was) if was is not None else 0)
         self._bytes = size
         if size > self.max_bytes:
             self._evict()
