@@ -347,14 +347,19 @@ def default_key_doc(bytes domain_prefix, tuple names, message):
     return _key_of(domain_prefix, [(<dict>doc).get(name) for name in names])
 
 
-cdef object _key_of(bytes domain_prefix, list values):
-    """The key of the key fields' ``values`` (see :func:`default_key`), or ``None``."""
+cdef object _key_of(bytes domain_prefix, list values, bint as_bytes=False):
+    """The key of the key fields' ``values`` (see :func:`default_key`), or ``None``; encoded (``bytes``) when
+    ``as_bytes``."""
     cdef Py_ssize_t total = PyBytes_GET_SIZE(domain_prefix), size
     cdef const char *utf8
     cdef Py_ssize_t n = len(values), i
+    cdef char number[20]
     for i in range(n):
         value = values[i]
         if type(value) is not str:
+            if _u64(value):  # written below by the digit loop: its JSON text is its decimal digits
+                total += 20 + 21
+                continue
             if type(value) is int:
                 value = str(value)  # canonical_text: an integer's JSON text
             elif type(value) is bool:
@@ -376,8 +381,13 @@ cdef object _key_of(bytes domain_prefix, list values):
     cdef Py_ssize_t at = PyBytes_GET_SIZE(domain_prefix)
     memcpy(buf, PyBytes_AS_STRING(domain_prefix), at)
     for value in values:
-        utf8 = PyUnicode_AsUTF8AndSize(value, &size)
-        at += _decimal(buf + at, <uint64_t>PyUnicode_GET_LENGTH(value))
+        if type(value) is int:  # within 64 bits (above)
+            size = _decimal(number, <uint64_t>value)
+            utf8 = number
+            at += _decimal(buf + at, <uint64_t>size)
+        else:
+            utf8 = PyUnicode_AsUTF8AndSize(value, &size)
+            at += _decimal(buf + at, <uint64_t>PyUnicode_GET_LENGTH(value))
         buf[at] = 58  # ":"
         at += 1
         memcpy(buf + at, utf8, size)
@@ -386,6 +396,8 @@ cdef object _key_of(bytes domain_prefix, list values):
     if buf != stack:
         free(buf)
     cdef char text[20]
+    if as_bytes:
+        return PyBytes_FromStringAndSize(text, _decimal(text, digest))
     return PyUnicode_DecodeASCII(text, _decimal(text, digest), NULL)  # str(digest)
 
 
@@ -456,8 +468,8 @@ def keyed_scan(list messages, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_d
         if doc is None:
             return None
         values = [(<dict>doc).get(names[j]) for j in range(n)]
-        key = _key_of(domain_prefix, values)
-        if key is None:
+        kb = _key_of(domain_prefix, values, True)
+        if kb is None:
             return None
         x = message[5]
         if not x:
@@ -465,7 +477,6 @@ def keyed_scan(list messages, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_d
         elif type(x) is not str:
             return None
         try:
-            kb = key.encode()
             xb = x.encode()
         except UnicodeEncodeError:
             return None
@@ -511,16 +522,20 @@ def stored_values(list entries, list xs, first, str prefix):
     (0: the topic is not logged, then sequence 0 and no bookmark): what :func:`record_value` makes of the records
     ``_publish_run`` would build (timestamp ``entry[6]``, bookmark ``f"{prefix}{sequence}|"``, no expiration)."""
     cdef list puts = []
-    cdef Py_ssize_t j, n = len(entries), blen, xlen, dlen
-    cdef const char *bm
+    cdef Py_ssize_t j, n = len(entries), plen, blen, xlen, dlen
+    cdef const char *pre = PyUnicode_AsUTF8AndSize(prefix, &plen)
     cdef const char *x
+    cdef char bm[20 + 1]
     cdef uint8_t *p
     cdef tuple entry
-    seq = first
+    cdef uint64_t seq = first
     for j in range(n):
         entry = entries[j]
-        bookmark = f"{prefix}{seq}|" if first else ""
-        bm = PyUnicode_AsUTF8AndSize(bookmark, &blen)
+        blen = 0
+        if seq:  # the bookmark, f"{prefix}{seq}|", its number by the digit loop
+            blen = _decimal(bm, seq)
+            bm[blen] = 124  # "|"
+            blen += plen + 1
         x = PyUnicode_AsUTF8AndSize(xs[j], &xlen)  # at most 65,535 bytes (keyed_scan)
         data = entry[1]
         dlen = PyBytes_GET_SIZE(data)
@@ -531,10 +546,12 @@ def stored_values(list entries, list xs, first, str prefix):
         _put64(p + 16, 0)
         _put16(p + 24, blen)
         _put16(p + 26, xlen)
-        memcpy(p + RECORD_HEAD, bm, blen)
+        if blen:
+            memcpy(p + RECORD_HEAD, pre, plen)
+            memcpy(p + RECORD_HEAD + plen, bm, blen - plen)
         memcpy(p + RECORD_HEAD + blen, x, xlen)
         memcpy(p + RECORD_HEAD + blen + xlen, PyBytes_AS_STRING(data), dlen)
         puts.append((entry[2], out))
-        if first:
+        if seq:
             seq += 1
     return puts

@@ -86,7 +86,8 @@ def test_crc32c_equals_google_crc32c(crc: int, data: bytes) -> None:
 
 
 #: Key field values: text (any code point, surrogates included), numbers, booleans, and values that cannot key.
-VALUES = st.one_of(st.text(max_size=200), st.text(max_size=3000), st.integers(), st.floats(), st.booleans(),
+VALUES = st.one_of(st.text(max_size=200), st.text(max_size=3000), st.integers(), st.integers(2**64 - 3, 2**64 + 3),
+                   st.integers(-3, 3), st.floats(), st.booleans(),
                    st.none(), st.lists(st.integers(), max_size=2), st.binary(max_size=10),
                    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
 
