@@ -80,9 +80,18 @@ def _other_file_system(tmp_path: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix="broker-faults-archive-", dir=shm))
 
 
+def _size(path: Path) -> int:
+    """``path``'s size, 0 when it is gone (the running broker's action may remove a file the glob just listed)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _twice(tmp_path: Path) -> set[str]:
-    """Journal files present twice: in both directories, or plain and compressed."""
-    plain = {p.name for p in (tmp_path / "journal").glob("*.journal") if p.stat().st_size}
+    """Journal files present twice: in both directories, or plain and compressed (read while the restarted
+    broker's schedule moves them)."""
+    plain = {p.name for p in (tmp_path / "journal").glob("*.journal") if _size(p)}
     archived = {p.name for p in (tmp_path / "archive").glob("*.journal*")} if (tmp_path / "archive").exists() else set()
     zst = {p.name.removesuffix(".zst") for p in (tmp_path / "journal").glob("*.journal.zst")}
     return plain & (archived | zst)
