@@ -1,6 +1,6 @@
 """Fairness: what large SOW queries in progress do to another client's messages (issue 17, acceptance 2).
 
-Run: ``python -m bench.fairness [--records 1000000] [--seconds 5] [--data DIR] [--broker-path DIR]``.
+Run: ``python -m bench.fairness [--records 1000000] [--seconds 15] [--data DIR] [--broker-path DIR]``.
 
 Starts a broker with a LevelDB SOW topic, loads ``--records`` records into it, then measures one
 subscriber's publish->delivery latency (raw TCP, 200 publishes/s, the send time in the body) for
@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the measurement (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the big topic (default 1000000)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase (default 5)")
+    parser.add_argument("--seconds", type=float, default=15.0,
+                        help="length of each phase (default 15: long enough for a whole 1M-record query to finish "
+                             "under the load of the other two on two cores)")
     parser.add_argument("--rate", type=float, default=200.0, help="publishes per second (default 200)")
     parser.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds (default 1)")
     parser.add_argument("--heartbeat-slack", type=float, default=0.25,
