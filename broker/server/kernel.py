@@ -317,10 +317,10 @@ class Broker:
         room = limit // 10
         before_in, before_out = budget.input, budget.output
         offlined = 0
-        for session in sorted((s for s in self.sessions if s.outbound.size >= SHED_MIN_BYTES),
-                              key=lambda s: s.outbound.size, reverse=True):
+        for session in sorted((s for s in self.sessions if s.outbound.held >= SHED_MIN_BYTES),
+                              key=lambda s: s.outbound.held, reverse=True):
             total = budget.input + budget.output
-            if total <= limit - room or (total <= limit and session.outbound.size < room):
+            if total <= limit - room or (total <= limit and session.outbound.held < room):
                 break
             budget.offlined_consumers += 1
             offlined += 1

@@ -181,11 +181,18 @@ class Outbound:
             chunks[:] = [data[written:]]
             self._ready.set()
 
+    @property
+    def held(self) -> int:
+        """Bytes this client holds in the broker-wide budget: queued, and taken by the writer but not yet
+        written (a stalled consumer's last batch waits there for its socket)."""
+        return self.size + self._writing
+
     def discard(self) -> None:
         """Drop every queued frame and stop accepting more (the client is being disconnected): the bytes
-        leave the broker-wide budget at once."""
-        self.budget.output -= self.size
-        self.size = 0
+        leave the broker-wide budget at once, the batch the writer is blocked on included (its task ends at
+        the next checkpoint; until then another consumer must not be shed for bytes already given up)."""
+        self.budget.output -= self.size + self._writing
+        self.size = self._writing = 0
         self._chunks.clear()
         self.closed = True
         self._ready.set()

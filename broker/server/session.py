@@ -234,7 +234,7 @@ class Session(PublishBatch):
             if total:
                 log.warning("%s (%s) disconnected: the largest consumer (%d bytes queued) while client buffers "
                             "exceeded the broker-wide TotalMessageMemoryLimit of %d bytes", self.id, self.name,
-                            self.outbound.size, total)
+                            self.outbound.held, total)
             else:
                 log.warning("%s (%s) disconnected: outbound buffer exceeded %d bytes%s", self.id, self.name,
                             self.outbound.limit,

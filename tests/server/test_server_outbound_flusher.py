@@ -147,3 +147,22 @@ async def test_a_deferred_round_is_written_by_its_caller_without_waking_the_flus
     for a, b in pairs:
         a.close()
         b.close()
+
+
+async def test_a_discarded_stalled_consumer_gives_back_the_batch_its_writer_is_blocked_on() -> None:
+    # The broker-wide budget sheds the largest consumers; a consumer that does not read has its last batch in the
+    # writer, blocked on the socket. Offlining it must give those bytes back at once: the writer's task ends only
+    # at the next checkpoint, and meanwhile the same engine step goes on delivering. Counted until then, they
+    # made the broker shed a reading subscriber next (seen in test_e2e_isolation_memory under load).
+    budget = MemoryBudget(8 << 20)
+    out = Outbound(64 << 20, budget)
+    big = b"x" * (2 << 20)
+    async with _writer(out):
+        out.put(big)
+        await trio.testing.wait_all_tasks_blocked()
+        out.put(b"queued behind")
+        assert 0 < out.held - out.size < len(big)  # the unwritten rest of ``big`` is the writer's
+        assert budget.output == out.held
+        out.discard()
+        assert budget.output == 0 and out.held == 0  # before the writer's task has run again
+    assert budget.output == 0  # and not given back twice when the writer's task ends (cancelled here)
