@@ -300,8 +300,24 @@ class Broker:
     def _matches_logged(self, topic: str) -> bool:
         return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
 
-    def shed_consumers(self) -> None:
-        """Offline the largest consumers (as slow clients) until client buffers fit the broker-wide limit.
+    def make_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes of input (a frame being received) fit the broker-wide limit.
+
+        When they do not and the frame is an ordinary one (at most a tenth of the limit), the largest
+        consumers are offlined first, as for output past the limit: a publisher must not lose its connection
+        to consumers that stopped reading. A larger frame that does not fit is refused without shedding
+        anybody (a client cannot push others out with one huge frame).
+        """
+        budget = self.memory
+        if budget.fits(size):
+            return True
+        if size <= budget.limit // 10:
+            self.shed_consumers(size)
+        return budget.fits(size)
+
+    def shed_consumers(self, extra: int = 0) -> None:
+        """Offline the largest consumers (as slow clients) until client buffers (and ``extra`` bytes of input
+        about to be reserved) fit the broker-wide limit.
 
         Largest first, and until the buffers fit the limit again. Beyond that, to leave room for a tenth of
         the limit (so the next publish does not shed again), only consumers holding at least that tenth are
@@ -319,7 +335,7 @@ class Broker:
         offlined = 0
         for session in sorted((s for s in self.sessions if s.outbound.held >= SHED_MIN_BYTES),
                               key=lambda s: s.outbound.held, reverse=True):
-            total = budget.input + budget.output
+            total = budget.input + budget.output + extra
             if total <= limit - room or (total <= limit and session.outbound.held < room):
                 break
             budget.offlined_consumers += 1

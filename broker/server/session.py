@@ -415,7 +415,7 @@ class Session(PublishBatch):
         if need == reserved:
             return True
         budget = self.broker.memory
-        if need > reserved and not budget.fits(need - reserved):
+        if need > reserved and not self.broker.make_room(need - reserved):
             budget.refused_frames += 1
             self.closed_reason = (f"a frame of {need} bytes does not fit the broker-wide TotalMessageMemoryLimit "
                                   f"of {budget.limit} bytes")

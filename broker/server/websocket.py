@@ -149,7 +149,7 @@ class WebSocketStream(trio.abc.Stream):
         """Count a partly received message against the broker-wide budget; ``False``: it does not fit."""
         need = self.ws.buffered
         budget = self.broker.memory
-        if need > self._reserved and not budget.fits(need - self._reserved):
+        if need > self._reserved and not self.broker.make_room(need - self._reserved):
             budget.refused_frames += 1
             self._close = (1009, "the broker's memory limit for client buffers is reached")
             log.warning("websocket client %s closed: a message of %d bytes so far does not fit the broker-wide "

@@ -182,3 +182,40 @@ def test_the_broker_wide_memory_limit_holds_with_half_sent_frames_and_slow_consu
     assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="frame_refused"}') >= 16
     assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="consumer_offlined"}') >= 1
     assert metric_value(broker.admin_port, 'broker_client_buffered_bytes{direction="output"}') < limit
+
+
+def test_a_publisher_is_not_refused_for_consumers_that_stopped_reading(
+    broker_factory, client_factory, make_collector
+) -> None:
+    # 25 of 30 MB held by a half-sent frame, 3 MB queued for a consumer that does not read: the publisher's next
+    # 2.9 MB frame does not fit. An ordinary frame (at most a tenth of the limit) sheds the stalled consumer
+    # instead of costing the publisher its connection.
+    broker = broker_factory(admin=True, extra="<TotalMessageMemoryLimit>30MB</TotalMessageMemoryLimit>")
+    half = socket.create_connection(("127.0.0.1", broker.port))
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        half.sendall(frame({"c": "logon", "cid": "1", "client_name": "half", "mt": "json"}))
+        half.sendall(struct.pack(">I", 25 * 1024 * 1024) + b'{"c":"p","t":"big"}' + b"x" * 65536)
+        slow.connect(("127.0.0.1", broker.port))
+        slow.sendall(frame({"c": "logon", "cid": "1", "client_name": "slow", "mt": "json"}))
+        slow.sendall(frame({"c": "subscribe", "cid": "s", "t": "big", "sub_id": "s", "a": "processed"}))
+        reader = make_collector()
+        client_factory(broker.uri).subscribe(reader, "after")
+        publisher = client_factory(broker.uri)
+        time.sleep(0.5)
+        for _ in range(2):
+            publisher.publish("big", json.dumps({"pad": "y" * (1536 * 1024)}))
+            publisher.flush(10000)
+        assert "the largest consumer" not in broker.log()  # 28 of 30 MB (29.5 while a frame is applied): nobody shed
+        publisher.publish("big", json.dumps({"pad": "z" * (2900 * 1024)}))
+        publisher.publish("after", '{"sentinel":1}')
+        publisher.flush(10000)  # raises when the broker closed the publisher's connection
+        got = reader.wait_for(1, timeout=10)
+        assert [json.loads(m["data"]) for m in got] == [{"sentinel": 1}]
+        assert "(slow) disconnected: the largest consumer" in broker.log()
+        assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="frame_refused"}') == 0
+        assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="consumer_offlined"}') == 1
+    finally:
+        half.close()
+        slow.close()
