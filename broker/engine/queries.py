@@ -177,6 +177,7 @@ class QueryPlan:
             # The filter as a test of the decoded object itself (dict.get per field, no message object).
             object_match = getattr(self.predicate, "object_match", None)
             test = object_match(fields.names) if cursor is not None and object_match is not None else None
+            members = tuple(sorted(set(fields.names.values()))) if test is not None else None
             keys = self.keys if self.keys is not None else part.keys
             stored = topic.stored(part.snapshot, keys)
             runs = iter(lambda: list(islice(stored, PAUSE_EVERY)), [])  # noqa: B023 - consumed at once
@@ -188,7 +189,7 @@ class QueryPlan:
 
                 for run in runs:
                     yield PAUSE
-                    found = match_run(run, topic, test, undecided, now_ns, loads, bad_json, _NONE, unpack)
+                    found = match_run(run, topic, test, undecided, now_ns, loads, bad_json, _NONE, unpack, members)
                     self.matched += len(found)
                     yield from found
                 continue
@@ -293,12 +294,14 @@ class QueryPlan:
 
 def _match_run(run: list[tuple[bytes, bytes]], topic: SowTopic, test: Callable[[dict[str, Any]], bool],
                undecided: Callable[[bytes, Any], bool], now_ns: int, loads: Callable[[bytes], Any],
-               bad_json: type[Exception], none: Any, unpack: Callable[[bytes], tuple[int, ...]]) -> list[Row]:
+               bad_json: type[Exception], none: Any, unpack: Callable[[bytes], tuple[int, ...]],
+               members: tuple[str, ...] | None = None) -> list[Row]:
     """The rows ``(topic, key, value, None)`` of one run of a scan (``(key, stored value)`` pairs) whose record
     is not expired at ``now_ns`` (0: no expiry) and passes the filter: ``test(doc)`` when the data decodes
     (``loads``) to an object, else ``undecided(data, doc)`` (``doc`` is ``none`` when ``loads`` raised
     ``bad_json``). The innermost loop of a filtered JSON query; ``broker/speedups/scanrun.pyx`` is its
-    compiled twin, which makes the same calls in the same order.
+    compiled twin, which makes the same calls in the same order, except that it may give ``test`` only the
+    ``members`` it reads (the top-level names of the filter) of a flat object, read without ``loads``.
     """
     head = RECORD_HEAD.size
     out: list[Row] = []
