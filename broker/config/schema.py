@@ -342,8 +342,10 @@ ROOT = group(
          "their own.", "256MB"),
     leaf("TotalMessageMemoryLimit", "size", "Broker extension: client buffers of all connections together, "
          "outbound queues and frames being received. A frame whose declared size does not fit closes its "
-         "connection before its payload is read; outbound queues past it offline the largest consumers "
-         "first (as slow clients). 0: no limit.", "1GB"),
+         "connection before its payload is read, unless it is an ordinary one (at most a tenth of the "
+         "limit): then the largest consumers are offlined first to make room, so a publisher does not lose "
+         "its connection to consumers that stopped reading; outbound queues past it offline the largest "
+         "consumers first (as slow clients). 0: no limit.", "1GB"),
     leaf("MaxFilterLength", "count", "Broker extension: the longest content filter a client may "
          "send, in characters, 1 to 262144; a longer one is refused with a bad filter failure naming the "
          "limit. Filters of 2 KiB and more compile in a worker thread.", "32768"),
