@@ -338,6 +338,9 @@ class Broker:
             total = budget.input + budget.output + extra
             if total <= limit - room or (total <= limit and session.outbound.held < room):
                 break
+            if session.closed_reason:  # closing already (a timeout, a second logon...): its queue goes now
+                session.outbound.discard()
+                continue
             budget.offlined_consumers += 1
             offlined += 1
             session._offline(total=limit)

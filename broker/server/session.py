@@ -415,7 +415,10 @@ class Session(PublishBatch):
         if need == reserved:
             return True
         budget = self.broker.memory
-        if need > reserved and not self.broker.make_room(need - reserved):
+        # Only a logged-on client's frame may shed consumers to make room: before logon a peer could declare
+        # frame after frame (reserved at their declared size) and push others out without sending a payload.
+        if need > reserved and not (self.broker.make_room(need - reserved) if self.logged_on
+                                    else budget.fits(need - reserved)):
             budget.refused_frames += 1
             self.closed_reason = (f"a frame of {need} bytes does not fit the broker-wide TotalMessageMemoryLimit "
                                   f"of {budget.limit} bytes")

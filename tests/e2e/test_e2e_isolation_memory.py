@@ -188,8 +188,8 @@ def test_a_publisher_is_not_refused_for_consumers_that_stopped_reading(
     broker_factory, client_factory, make_collector
 ) -> None:
     # 25 of 30 MB held by a half-sent frame, 3 MB queued for a consumer that does not read: the publisher's next
-    # 2.9 MB frame does not fit. An ordinary frame (at most a tenth of the limit) sheds the stalled consumer
-    # instead of costing the publisher its connection.
+    # 2.9 MB frame does not fit. An ordinary frame (at most a tenth of the limit) of a logged-on client sheds the
+    # stalled consumer instead of costing the publisher its connection.
     broker = broker_factory(admin=True, extra="<TotalMessageMemoryLimit>30MB</TotalMessageMemoryLimit>")
     half = socket.create_connection(("127.0.0.1", broker.port))
     slow = socket.socket()
@@ -208,13 +208,19 @@ def test_a_publisher_is_not_refused_for_consumers_that_stopped_reading(
             publisher.publish("big", json.dumps({"pad": "y" * (1536 * 1024)}))
             publisher.flush(10000)
         assert "the largest consumer" not in broker.log()  # 28 of 30 MB (29.5 while a frame is applied): nobody shed
+        # A peer that has not logged on cannot make room: its declared frame is refused, nobody is shed for it.
+        stranger = socket.create_connection(("127.0.0.1", broker.port))
+        stranger.sendall(struct.pack(">I", 2900 * 1024) + b'{"c":"p"')
+        assert closed_within(stranger, 10) is not None, "a frame from a peer not logged on was taken"
+        stranger.close()
+        assert "the largest consumer" not in broker.log()
         publisher.publish("big", json.dumps({"pad": "z" * (2900 * 1024)}))
         publisher.publish("after", '{"sentinel":1}')
         publisher.flush(10000)  # raises when the broker closed the publisher's connection
         got = reader.wait_for(1, timeout=10)
         assert [json.loads(m["data"]) for m in got] == [{"sentinel": 1}]
         assert "(slow) disconnected: the largest consumer" in broker.log()
-        assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="frame_refused"}') == 0
+        assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="frame_refused"}') == 1
         assert metric_value(broker.admin_port, 'broker_memory_limit_refusals_total{action="consumer_offlined"}') == 1
     finally:
         half.close()
