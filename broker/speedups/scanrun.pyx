@@ -53,9 +53,11 @@ cdef inline Py_ssize_t _plain_string(const unsigned char* p, Py_ssize_t i, Py_ss
     return -1
 
 
-cdef inline Py_ssize_t _number_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, bint* integer) noexcept:
+cdef inline Py_ssize_t _number_end(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, bint* integer,
+                                   bint* exponent) noexcept:
     """The end of the JSON number at ``i`` (RFC 8259's grammar: no ``+``, no leading zero, digits after ``.``
-    and ``e``), -1 when there is none; ``integer``: it has no fraction and no exponent."""
+    and ``e``), -1 when there is none; ``integer``: it has no fraction and no exponent; ``exponent``: it has
+    one."""
     if p[i] == 0x2d:
         i += 1
     if i >= n:
@@ -68,6 +70,7 @@ cdef inline Py_ssize_t _number_end(const unsigned char* p, Py_ssize_t i, Py_ssiz
     else:
         return -1
     integer[0] = True
+    exponent[0] = False
     if i < n and p[i] == 0x2e:
         integer[0] = False
         i += 1
@@ -77,6 +80,7 @@ cdef inline Py_ssize_t _number_end(const unsigned char* p, Py_ssize_t i, Py_ssiz
             i += 1
     if i < n and (p[i] == 0x65 or p[i] == 0x45):
         integer[0] = False
+        exponent[0] = True
         i += 1
         if i < n and (p[i] == 0x2b or p[i] == 0x2d):
             i += 1
@@ -96,7 +100,7 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
     cdef dict out = {}
     cdef Py_ssize_t i = 0, start, end, length, m, count = len(names)
     cdef int which
-    cdef bint integer
+    cdef bint integer, exponent
     cdef long long whole
     cdef unsigned char c
     cdef object value
@@ -140,8 +144,10 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
                     out[keys[which]] = PyUnicode_DecodeASCII(<const char*>p + i + 1, end - i - 1, NULL)
                 i = end + 1
             elif c == 0x2d or _digit(c):
-                end = _number_end(p, i, n, &integer)
+                end = _number_end(p, i, n, &integer, &exponent)
                 if end < 0:
+                    return None
+                if exponent and which < 0:  # it may be out of range, and then the decode refuses the record
                     return None
                 if which >= 0:
                     if integer and end - i <= SHORT_INT:

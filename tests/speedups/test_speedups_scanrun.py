@@ -71,6 +71,7 @@ def _decoded(data: bytes) -> Any:
 @example(b'{"grp":12345678901234567890123,"v":-123456789012345678}', ["grp", "v"])
 @example(b'{"grp":1.5e400}', ["grp"])
 @example(b'{"grp":-0}', ["grp"])
+@example(b'{"grp":1,"v":1e400}', ["grp"])  # the decode refuses the record for a member the filter does not read
 @example(b'{"grp":18446744073709551615,"v":9999999999999999999}', ["grp", "v"])
 @example(b'{"grp":-9223372036854775809,"v":999999999999999999}', ["grp", "v"])
 @example(b'{"grp":"7\\u0037"}', ["grp"])
@@ -89,6 +90,7 @@ def test_project_gives_the_decoded_members_or_leaves_the_document_to_the_decode(
     (b' { "grp" : -12 , "v" : true } ', {"grp": -12}),
     (b'{"v":null}', {}),
     (b'{}', {}),
+    (b'{"grp":1,"v":1.5,"s":-2.5}', {"grp": 1}),
 ])
 def test_a_flat_document_is_read_without_the_decode(data: bytes, want: dict) -> None:
     assert scanrun.project(data, ("grp",), loads, orjson.JSONDecodeError) == want
