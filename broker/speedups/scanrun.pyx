@@ -9,7 +9,9 @@ an expired record is skipped, the data is decoded with ``loads``, and the record
 true. Only the loop, the head and the slicing are in C, and one shortcut: given the filter's ``members``, a
 flat ASCII object (every value a string without escapes, a number or a literal) is read by :func:`project`
 into an object of just those members, and ``test`` gets that (it reads nothing else: ``dict.get`` of those
-names), instead of ``loads`` building every member. Anything else is decoded by ``loads`` as before.
+names), instead of ``loads`` building every member. Anything else is decoded by ``loads`` as before, and so is
+a record with an exponent in a member the filter does not read (out of range, it makes ``loads`` refuse the
+record, and ``undecided`` answers for it).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -95,8 +97,8 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
                      object bad_json):
     """The members ``keys`` (``str``; ``names``: the same as ``bytes``) of the flat JSON object in the ``n``
     bytes at ``p``, as ``loads`` decodes them (the last one of a name given twice), or ``None`` when the text is
-    not a flat ASCII object (every value a string without escapes, a number, ``true``, ``false`` or ``null``),
-    ``loads`` then decides."""
+    not a flat ASCII object (every value a string without escapes, a number, ``true``, ``false`` or ``null``)
+    or a member not read has an exponent: ``loads`` then decides."""
     cdef dict out = {}
     cdef Py_ssize_t i = 0, start, end, length, m, count = len(names)
     cdef int which
