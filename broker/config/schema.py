@@ -343,7 +343,8 @@ ROOT = group(
     leaf("TotalMessageMemoryLimit", "size", "Broker extension: client buffers of all connections together, "
          "outbound queues and frames being received. A frame whose declared size does not fit closes its "
          "connection before its payload is read, unless it is an ordinary one (at most a tenth of the "
-         "limit): then the largest consumers are offlined first to make room, so a publisher does not lose "
+         "limit) of a logged-on client: then the largest consumers are offlined first to make room, so a "
+         "publisher does not lose "
          "its connection to consumers that stopped reading; outbound queues past it offline the largest "
          "consumers first (as slow clients). 0: no limit.", "1GB"),
     leaf("MaxFilterLength", "count", "Broker extension: the longest content filter a client may "

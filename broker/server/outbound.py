@@ -27,8 +27,8 @@ class MemoryBudget:
     ``output`` counts the bytes in every client's outbound buffer, including a batch being written;
     ``input`` counts the frames being received: a connection reserves a frame's whole declared size as soon
     as its 4-byte length arrives, before its payload is buffered. Sessions act on it: a frame that does
-    not fit closes its connection (an ordinary one, at most a tenth of the limit, first offlines the largest
-    consumers), and output past the limit offlines the largest consumers first.
+    not fit closes its connection (a logged-on client's ordinary one, at most a tenth of the limit, first offlines
+    the largest consumers), and output past the limit offlines the largest consumers first.
 
     Args:
         limit: Bytes of input and output buffers together; 0: no broker-wide limit.
