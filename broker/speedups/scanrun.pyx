@@ -100,18 +100,17 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
     not a flat ASCII object (every value a string without escapes, a number, ``true``, ``false`` or ``null``)
     or a member not read has an exponent: ``loads`` then decides."""
     cdef dict out = {}
-    cdef Py_ssize_t i = 0, start, end, length, m, count = len(names)
+    cdef Py_ssize_t i, start, end, length, m, count = len(names)
     cdef int which
     cdef bint integer, exponent
     cdef long long whole
     cdef unsigned char c
     cdef object value
     cdef bytes name
-    i = _skip(p, i, n)
+    i = _skip(p, 0, n)
     if i >= n or p[i] != 0x7b:
         return None
-    i += 1
-    i = _skip(p, i, n)
+    i = _skip(p, i + 1, n)
     if i < n and p[i] == 0x7d:
         i += 1
     else:
@@ -123,12 +122,10 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
             if end < 0:
                 return None
             length = end - start
-            i = end + 1
-            i = _skip(p, i, n)
+            i = _skip(p, end + 1, n)
             if i >= n or p[i] != 0x3a:
                 return None
-            i += 1
-            i = _skip(p, i, n)
+            i = _skip(p, i + 1, n)
             if i >= n:
                 return None
             which = -1
@@ -182,8 +179,7 @@ cdef object _project(const unsigned char* p, Py_ssize_t n, tuple names, tuple ke
             if i >= n:
                 return None
             if p[i] == 0x2c:
-                i += 1
-                i = _skip(p, i, n)
+                i = _skip(p, i + 1, n)
                 continue
             if p[i] != 0x7d:
                 return None
