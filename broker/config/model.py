@@ -131,6 +131,10 @@ class HistoryConfig:
     granularity: float = 0.0
 
 
+#: ``<RecordCacheMemoryLimit>`` of a SOW topic when absent (bytes).
+DEFAULT_RECORD_CACHE_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class SowTopicConfig:
     """``<SOW><Topic>`` (or legacy ``<TopicDefinition>``)."""
@@ -150,6 +154,8 @@ class SowTopicConfig:
     #: otherwise the default lifetime in seconds.
     expiration: float | None = None
     history: HistoryConfig | None = None
+    #: ``<RecordCacheMemoryLimit>`` (a broker extension): bytes of the topic's record cache (0: none).
+    record_cache_bytes: int = DEFAULT_RECORD_CACHE_BYTES
     where: Where = field(default_factory=Where)
 
     @property

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from lxml import etree
 
 from broker.config.elements import Reader, child, children, text_of
-from broker.config.model import HistoryConfig, PluginRef, SowTopicConfig, Where
+from broker.config.model import DEFAULT_RECORD_CACHE_BYTES, HistoryConfig, PluginRef, SowTopicConfig, Where
 from broker.config.schema import suggestion
 from broker.config.units import parse_interval
 
@@ -113,13 +113,15 @@ def _topic(reader: Reader, el: etree._Element, message_type: MessageTypeCheck,
         log.error(child(el, "Expiration"), "a topic with <History> cannot expire messages: set "
                   "<Expiration>disabled</Expiration> or remove <History>")
         ok = False
-    if not ok or durability is None or expiration == "bad" or history == "bad":
+    cache_bytes = reader.size(el, "RecordCacheMemoryLimit", default=DEFAULT_RECORD_CACHE_BYTES)
+    if not ok or durability is None or expiration == "bad" or history == "bad" or cache_bytes is None:
         return None
     assert name is not None and mtype is not None and not isinstance(expiration, str)
     assert not isinstance(history, str)
     return SowTopicConfig(name=name, message_type=mtype, keys=tuple(keys), key_domain=key_domain,
                           key_generator=key_generator, storage=storage, file_name=file_name, durability=durability,
-                          expiration=expiration, history=history, where=reader.where(el))
+                          expiration=expiration, history=history, record_cache_bytes=cache_bytes,
+                          where=reader.where(el))
 
 
 def _durability(reader: Reader, el: etree._Element) -> str | None:

@@ -270,7 +270,8 @@ class Broker:
                                   f"{exc}") from None
         topic = SowTopic(
             # Publishes read the record they replace: a bounded cache of hot records answers most of those reads.
-            name=cfg.name, message_type=mt, storage=CachedStorage(storage), key_generator=keygen,
+            name=cfg.name, message_type=mt, storage=CachedStorage(storage, cfg.record_cache_bytes),
+            key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",

@@ -32,10 +32,11 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from broker.config.model import DEFAULT_RECORD_CACHE_BYTES
 from broker.sow.storage import Snapshot, Storage
 
-#: The default bound of one topic's cache (keys, values and overhead), with no configuration.
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+#: The default bound of one topic's cache (keys, values and overhead): ``<RecordCacheMemoryLimit>``'s default.
+DEFAULT_CACHE_BYTES = DEFAULT_RECORD_CACHE_BYTES
 #: Bytes counted per entry besides its key and value (the ordered dict's slot and links, the bytes headers).
 ENTRY_OVERHEAD = 100
 
@@ -114,6 +115,16 @@ class CachedStorage(Storage):
         (:func:`broker.speedups.publish.keyed_scan`) to read without a call per key. Read only: writes go through
         :meth:`write`; reads made from it are counted with :meth:`count_reads`."""
         return self._lru
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the cache holds, as counted against :attr:`max_bytes` (keys, values, overhead per entry)."""
+        return self._bytes
+
+    @property
+    def engine_reads(self) -> int:
+        """Reads the cache could not answer, which read the storage engine."""
+        return self.misses - self.absent_known
 
     def count_reads(self, hits: int, absent: int) -> None:
         """Count reads of :attr:`held` made by the caller: ``hits`` answered by an entry, ``absent`` answered by a

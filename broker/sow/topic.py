@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import CommandError
+from broker.sow.cache import CachedStorage
 from broker.sow.history import History
 from broker.sow.keys import KeyGenerator, validate_user_key
 from broker.sow.lookups import lookup_keys
@@ -336,7 +337,17 @@ class SowTopic:
             "history_versions_written": self.history.stats.versions_written if self.history else 0,
             "history_pruned": self.history.stats.pruned if self.history else 0,
             "historical_queries": self.history.stats.historical_queries if self.history else 0,
+            **self._cache_statistics(),
         }
+
+    def _cache_statistics(self) -> dict[str, int]:
+        """The record cache's bytes held and previous-record reads answered by it (an entry, or a key known to be
+        absent) or by the storage engine; zeros without a cache."""
+        cache = self.storage
+        if not isinstance(cache, CachedStorage):
+            return {}
+        return {"record_cache_bytes": cache.held_bytes, "record_cache_hits": cache.hits + cache.absent_known,
+                "record_cache_misses": cache.engine_reads}
 
 
 def check_batch_size(value: int | None) -> int:

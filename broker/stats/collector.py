@@ -137,6 +137,14 @@ METRICS: tuple[MetricSpec, ...] = (
     _spec("broker_sow_historical_queries_total", "counter",
           "Point-in-time reads of a SOW topic's history (historical sow, sow_and_subscribe, aggregate).", "topic"),
     _spec("broker_sow_expirations_total", "counter", "Records expired from a SOW topic.", "topic"),
+    _spec("broker_sow_record_cache_bytes", "gauge",
+          "Bytes a SOW topic's record cache holds (keys, values, overhead); RecordCacheMemoryLimit bounds it.",
+          "topic"),
+    _spec("broker_sow_record_cache_hits_total", "counter",
+          "Reads of the record a publish replaces that a SOW topic's record cache answered.", "topic"),
+    _spec("broker_sow_record_cache_misses_total", "counter",
+          "Reads of the record a publish replaces that went to a SOW topic's storage engine (not in the cache).",
+          "topic"),
     _spec("broker_oof_total", "counter",
           "Out-of-focus notifications sent, by reason (match, deleted, expired).", "reason"),
     _spec("broker_journal_files", "gauge",
@@ -318,6 +326,9 @@ class BrokerCollector(Collector):
         yield _labelled("broker_sow_history_pruned_total", _column(sow, "history_pruned"))
         yield _labelled("broker_sow_historical_queries_total", _column(sow, "historical_queries"))
         yield _labelled("broker_sow_expirations_total", _column(sow, "expirations"))
+        yield _labelled("broker_sow_record_cache_bytes", _column(sow, "record_cache_bytes"))
+        yield _labelled("broker_sow_record_cache_hits_total", _column(sow, "record_cache_hits"))
+        yield _labelled("broker_sow_record_cache_misses_total", _column(sow, "record_cache_misses"))
         yield _labelled("broker_oof_total", sorted(counts(snap.oof)))
 
         journal = snap.journal

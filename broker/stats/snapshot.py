@@ -238,6 +238,9 @@ class SowTopicStats:
     history_versions_written: int = 0  # versions stored for historical queries (0 without <History>)
     history_pruned: int = 0  # history entries pruned past the Window
     historical_queries: int = 0  # point-in-time reads (historical sow, sow_and_subscribe, aggregate)
+    record_cache_bytes: int = 0  # bytes the record cache holds (gauge; RecordCacheMemoryLimit bounds it)
+    record_cache_hits: int = 0  # previous-record reads the cache answered (a held record, or a key known absent)
+    record_cache_misses: int = 0  # previous-record reads that read the storage engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,8 @@ BAD = [
      "/AMPSConfig/SOW/Topic/Durability", "Durability 'forever' is not persistent or transient"),
     ("persistent-without-file", "<SOW><Topic><Name>a</Name><MessageType>json</MessageType></Topic></SOW>", 3,
      "/AMPSConfig/SOW/Topic", "has neither <FileName> nor <Durability>transient</Durability>"),
+    ("record-cache-size", "<SOW>" + _topic(extra="<RecordCacheMemoryLimit>lots</RecordCacheMemoryLimit>") + "</SOW>",
+     3, "/AMPSConfig/SOW/Topic/RecordCacheMemoryLimit", "'lots' is not a size (expected e.g. 512KB"),
     ("key-not-a-path", "<SOW>" + _topic(extra="<Key>id</Key>") + "</SOW>", 3, "/AMPSConfig/SOW/Topic/Key",
      "write it like /id"),
     ("repeated-singleton", "<Admin><InetAddr>1</InetAddr></Admin>\n<Admin><InetAddr>2</InetAddr></Admin>", 4,

@@ -366,6 +366,11 @@ def test_ignored_sections_with_includes_still_load(write) -> None:
      "<FileName>f</FileName><SlabSize>5MB</SlabSize><HashIndex><Key>/a</Key></HashIndex></Topic></SOW>",
      lambda c: (c.sow_topics[0].message_type, c.sow_topics[0].durability, c.sow_topics[0].file_name) == (
          "json", "transient", None) and len(c.warnings) == 3),
+    ("<SOW><Topic><Name>a</Name><MessageType>json</MessageType><FileName>f</FileName></Topic><Topic><Name>b</Name>"
+     "<MessageType>json</MessageType><FileName>g</FileName><RecordCacheMemoryLimit>0.5GB</RecordCacheMemoryLimit>"
+     "</Topic><Topic><Name>c</Name><MessageType>json</MessageType><FileName>h</FileName>"
+     "<RecordCacheMemoryLimit>0</RecordCacheMemoryLimit></Topic></SOW>",
+     lambda c: [t.record_cache_bytes for t in c.sow_topics] == [64 * 1024**2, 512 * 1024**2, 0] and not c.warnings),
     ("<Protocols><Protocol><Name>ws-proxy</Name><Module>websocket</Module><TrustedAdmin>true</TrustedAdmin>"
      "</Protocol><Protocol><Name>old</Name><Module>fix</Module></Protocol></Protocols><Transports><Transport>"
      "<Name>w</Name><Type>tcp</Type><InetAddr>9008</InetAddr><Protocol>ws-proxy</Protocol></Transport><Transport>"
@@ -374,7 +379,7 @@ def test_ignored_sections_with_includes_still_load(write) -> None:
      and sorted(w.message.split(" ")[0] for w in c.warnings) == ["<TrustedAdmin>", "transport"]),
 ], ids=["legacy-topic-metadata", "admin-without-address", "websocket-served", "journal-floor",
         "txlog-defaults", "port-zero", "module-options", "chaining-alias", "case-and-ignored",
-        "named-protocols"])
+        "record-cache-size", "named-protocols"])
 def test_good_configs(write, body: str, check) -> None:
     config = load_config(write("c.xml", f"<AMPSConfig><Name>n</Name>{body}</AMPSConfig>"), env={})
     assert check(config), (config, config.warnings)
