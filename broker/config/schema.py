@@ -251,8 +251,9 @@ def _sow_topic(name: str) -> ElementSpec:
         leaf("RecordCacheMemoryLimit", "size", "Broker extension: memory for the topic's most recently used "
              "records (keys and values) in front of its storage engine, which answers the read of the record a "
              "publish replaces. Records beyond it are read from the storage engine (for LevelDB a point read, "
-             "several microseconds, and more at millions of records). Size it to hold the topic's hot records, "
-             "or all of them (about the record's size plus 150 bytes each); 0 turns the cache off.", "64MB"),
+             "several microseconds, and more at millions of records). It is loaded from the storage engine when "
+             "the broker starts (1M records in about 1.6 s). Size it to hold the topic's hot records, or all of "
+             "them (about the record's size plus 150 bytes each); 0 turns the cache off.", "64MB"),
         *ignored("RecoveryPoint", "Pattern", "Preprocessing", "Enrichment",
                  note="the topic is used without it"),
         *ignored("SlabSize", "InitialSlabCount", "ExpectedKeyCountHint", "HashIndex", "Index",

@@ -268,10 +268,17 @@ class Broker:
                 storage.close()
                 raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic's history: "
                                   f"{exc}") from None
+        # Publishes read the record they replace: a bounded cache of hot records answers most of those reads. It
+        # starts with the records the engine holds (up to its bound), so a restarted topic is not cold.
+        cache = CachedStorage(storage, cfg.record_cache_bytes)
+        began = time.perf_counter()
+        warmed = cache.warm()
+        if warmed:
+            log.info("SOW topic %s: record cache loaded %d records (%.1f MB) in %.2fs; %s", cfg.name, warmed,
+                     cache.held_bytes / 2**20, time.perf_counter() - began,
+                     "the whole topic" if cache.complete else "RecordCacheMemoryLimit holds no more")
         topic = SowTopic(
-            # Publishes read the record they replace: a bounded cache of hot records answers most of those reads.
-            name=cfg.name, message_type=mt, storage=CachedStorage(storage, cfg.record_cache_bytes),
-            key_generator=keygen,
+            name=cfg.name, message_type=mt, storage=cache, key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",

@@ -7,7 +7,8 @@ lookup here. The cache also remembers keys known to be absent (an insert's read)
 in a row is read once.
 
 A cache can also know that it holds *every* record of its topic (:attr:`CachedStorage.complete`): the
-engine held no record when the cache was made, and nothing was evicted or forgotten since (every record
+engine held no record when the cache was made, or :meth:`CachedStorage.warm` (a topic opened at start-up)
+loaded every record it held, and nothing was evicted or forgotten since (every record
 written since came through :meth:`CachedStorage.write` and is still held). Then a key the cache does not hold
 is absent, and an insert of a new key needs no read of the engine (for LevelDB a point read that visits the
 memtables and the level-0 tables, several microseconds, the largest cost of an insert). The first eviction,
@@ -115,6 +116,34 @@ class CachedStorage(Storage):
         (:func:`broker.speedups.publish.keyed_scan`) to read without a call per key. Read only: writes go through
         :meth:`write`; reads made from it are counted with :meth:`count_reads`."""
         return self._lru
+
+    def warm(self) -> int:
+        """Fill the empty cache with the engine's records, in key order, up to the bound (when the topic opens,
+        before anything reads or writes it), so a restarted topic starts as it was left instead of cold.
+
+        Returns:
+            The records loaded. When every record fit, the cache holds the whole topic (:attr:`complete`), as
+            for a topic that started empty: a key it does not hold is absent.
+        """
+        lru = self._lru
+        if not self.max_bytes or lru:
+            return 0
+        limit = self.max_bytes
+        size = 0
+        records = self.inner.scan()
+        try:
+            for key, value in records:
+                entry = len(key) + len(value) + ENTRY_OVERHEAD
+                if size + entry > limit:
+                    break
+                lru[key] = value
+                size += entry
+            else:
+                self.complete = True
+        finally:
+            _close(records)
+        self._bytes = size
+        return len(lru)
 
     @property
     def held_bytes(self) -> int:
@@ -271,9 +300,14 @@ def _empty(storage: Storage) -> bool:
     try:
         return next(iter(records), None) is None
     finally:
-        close = getattr(records, "close", None)
-        if close is not None:
-            close()
+        _close(records)
+
+
+def _close(records: Iterable[Any]) -> None:
+    """Close an engine's scan iterator early (releases its snapshot or cursor) when it can be closed."""
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()
 
 
 #: What :meth:`CachedStorage.cached` returns for a key the cache does not hold.

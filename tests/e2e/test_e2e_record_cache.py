@@ -85,3 +85,48 @@ def test_each_topic_caches_what_its_limit_allows_and_the_metrics_say_where_reads
     # The engine's own count of the reads it served (reported when the broker closes it) is what the metric said.
     reads = {m[1]: int(m[3]) for m in REPORT.finditer(broker.log())}
     assert reads == {"off": off["misses"], "small": small["misses"], "whole": 0}, broker.log()[-3000:]
+
+
+RESTARTED = ("<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><FileName>./sow/%n.sow</FileName>"
+             "</Topic><Topic><Name>tight</Name><MessageType>json</MessageType><Key>/id</Key>"
+             f"<FileName>./sow/%n.sow</FileName><RecordCacheMemoryLimit>{SMALL}</RecordCacheMemoryLimit></Topic>")
+
+
+def test_a_restarted_topic_starts_with_its_records_cached(tmp_path: Path,
+                                                          client_factory: Callable[..., AMPS.Client]) -> None:
+    """After a restart the cache is loaded from LevelDB: a topic that fits is held whole again, so neither its
+    updates nor its new keys read LevelDB; one that does not fit holds what its limit allows and reads the rest."""
+    broker = BrokerProcess.from_xml(tmp_path, admin=True, sow=RESTARTED)
+    broker.start()
+    try:
+        client = client_factory(broker.uri)
+        for topic in ("orders", "tight"):
+            for i in range(200):
+                client.publish(topic, json.dumps({"id": i, "v": "first", "pad": "x" * 40}))
+        client.publish_flush(10_000)
+        client.close()
+    finally:
+        assert broker.stop() == 0
+
+    broker.start()
+    try:
+        assert re.search(r"SOW topic orders: record cache loaded 200 records \(.* MB\) in .*s; the whole topic",
+                         broker.log()), broker.log()[-3000:]
+        assert "SOW topic tight: record cache loaded" in broker.log()
+        loaded = cache_metrics(broker)
+        assert loaded["orders"]["bytes"] > SMALL >= loaded["tight"]["bytes"] > 0
+        client = client_factory(broker.uri)
+        for topic in ("orders", "tight"):
+            for i in range(250):  # 200 updates, then 50 new keys
+                client.publish(topic, json.dumps({"id": i, "v": "second", "pad": "x" * 40}))
+        client.publish_flush(10_000)
+        for topic in ("orders", "tight"):
+            rows = [json.loads(m.get_data()) for m in sow_stream(client, topic, batch_size=100)
+                    if m.get_command() == "sow"]
+            assert sorted((row["id"], row["v"]) for row in rows) == [(i, "second") for i in range(250)]
+        seen = cache_metrics(broker)
+        assert seen["orders"]["misses"] == 0 and seen["orders"]["hits"] >= 250
+        assert seen["tight"]["misses"] >= 200 - seen["tight"]["hits"] > 0
+        client.close()
+    finally:
+        assert broker.stop() == 0

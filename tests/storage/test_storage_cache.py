@@ -141,12 +141,18 @@ def _assert_complete_is_true(cached: CachedStorage, inner: Storage) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=_OPS, bound=st.sampled_from([0, 200, 1_000, 1 << 20]), prefill=st.integers(0, 3))
-def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]], bound: int, prefill: int) -> None:
+@given(ops=_OPS, bound=st.sampled_from([0, 200, 1_000, 1 << 20]), prefill=st.integers(0, 3), warm=st.booleans())
+def test_the_cache_always_reads_as_the_engine(ops: list[tuple[str, int, bytes]], bound: int, prefill: int,
+                                              warm: bool) -> None:
     inner = MemoryStorage(StorageSpec(topic="t"))
-    inner.write(puts=[(b"k%d" % k, b"before") for k in range(prefill)])  # records the cache never saw
+    inner.write(puts=[(b"k%d" % k, b"before") for k in range(prefill)])  # records the cache never saw...
     cached = CachedStorage(inner, max_bytes=bound)
     assert cached.complete == (bound > 0 and not prefill)
+    if warm:  # ...unless it loads them as a topic opened at start-up does (when they all fit)
+        entry = 2 + 6 + ENTRY_OVERHEAD
+        assert cached.warm() == (0 if not bound else min(prefill, bound // entry))
+        assert cached.complete == (0 < prefill * entry <= bound or (bound > 0 and not prefill))
+        assert cached.held_bytes <= bound
     fail = [False]
     real = inner.write
 
@@ -280,6 +286,36 @@ def test_a_miss_is_trusted_only_while_the_cache_holds_every_record(tmp_path: Pat
         counting = CountingReads(inner, monkeypatch)
         assert not cached.complete and cached.get(b"a") == b"1" and cached.get(b"b") is None
         assert counting.reads == 2, end
+
+
+def test_a_restarted_topic_warms_its_cache_from_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reopened with records, a cache that can hold them all loads them and holds the whole topic again (an insert
+    reads nothing from LevelDB); one that cannot loads what fits, in key order, and a miss reads the engine."""
+    path = str(tmp_path / "t.sow")
+    inner = LevelDBStorage(StorageSpec(topic="t", path=path))
+    inner.write(puts=[(b"k%03d" % i, b"v%03d" % i * 25) for i in range(30)])
+    inner.close()
+    entry = 4 + 100 + ENTRY_OVERHEAD
+
+    cached = CachedStorage(LevelDBStorage(StorageSpec(topic="t", path=path)), max_bytes=entry * 30)
+    counting = CountingReads(cached.inner, monkeypatch)
+    assert not cached.complete and cached.warm() == 30 and cached.complete and cached.held_bytes == entry * 30
+    assert cached.warm() == 0  # only an empty cache is filled
+    assert cached.get(b"k007") == b"v007" * 25 and cached.get(b"new") is None and counting.reads == 0
+    cached.write(puts=[(b"new", b"x")])
+    assert cached.get(b"new") == b"x" and cached.inner.count() == 31 and counting.reads == 0
+    cached.close()
+
+    cached = CachedStorage(LevelDBStorage(StorageSpec(topic="t", path=path)), max_bytes=entry * 10 + 50)
+    counting = CountingReads(cached.inner, monkeypatch)
+    assert cached.warm() == 10 and not cached.complete and cached.held_bytes == entry * 10
+    assert cached.get(b"k009") == b"v009" * 25 and counting.reads == 0  # loaded: the first ten keys
+    assert cached.get(b"k029") == b"v029" * 25 and cached.get(b"none") is None and counting.reads == 2
+    cached.close()
+
+    cached = CachedStorage(LevelDBStorage(StorageSpec(topic="t", path=path)), max_bytes=0)
+    assert cached.warm() == 0 and not cached.complete and cached.held_bytes == 0
+    cached.close()
 
 
 def test_a_complete_cache_stays_exact_through_every_sow_path(tmp_path: Path) -> None:
