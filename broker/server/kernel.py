@@ -208,7 +208,8 @@ class Broker:
     def recover_storage(self) -> RecoveryReport | None:
         """Start-up recovery (:func:`.recovery.recover`), once: every logged SOW topic is made to equal its
         journal, then the expiry indexes are rebuilt (rebuilt records expire on time). Blocking file I/O:
-        :meth:`serve` runs it in a worker thread, before any client transport opens.
+        :meth:`serve` runs it in a worker thread, before any client transport opens. It first loads the SOW
+        topics' record caches (:meth:`_load_record_caches`).
 
         Returns:
             What recovery did (``None`` without a transaction log).
@@ -219,6 +220,7 @@ class Broker:
         progress.in_progress = True
         try:
             topics = self.engine.sow_topics
+            self._load_record_caches()
             if self.journal is not None:
                 self.recovery = recover(self.journal, topics, self.is_logged, without_storage=self._without_storage,
                                         progress=progress)
@@ -229,6 +231,21 @@ class Broker:
         finally:
             progress.in_progress = False
         return self.recovery
+
+    def _load_record_caches(self) -> None:
+        """Fill each SOW topic's record cache with the records its engine holds, up to its bound
+        (:meth:`CachedStorage.warm`), so a restarted topic is not cold; part of :meth:`recover_storage`, before
+        recovery reads and writes the topics through the caches."""
+        for name, topic in self.engine.sow_topics.items():
+            cache = topic.storage
+            if not isinstance(cache, CachedStorage):
+                continue
+            began = time.perf_counter()
+            loaded = cache.warm()
+            if loaded:
+                log.info("SOW topic %s: record cache loaded %d records (%.1f MB) in %.2fs; %s", name, loaded,
+                         cache.held_bytes / 2**20, time.perf_counter() - began,
+                         "the whole topic" if cache.complete else "RecordCacheMemoryLimit holds no more")
 
     # -- construction --------------------------------------------------------------------------------
     def _build_topic(self, cfg: SowTopicConfig) -> SowTopic:
@@ -268,17 +285,11 @@ class Broker:
                 storage.close()
                 raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic's history: "
                                   f"{exc}") from None
-        # Publishes read the record they replace: a bounded cache of hot records answers most of those reads. It
-        # starts with the records the engine holds (up to its bound), so a restarted topic is not cold.
-        cache = CachedStorage(storage, cfg.record_cache_bytes)
-        began = time.perf_counter()
-        warmed = cache.warm()
-        if warmed:
-            log.info("SOW topic %s: record cache loaded %d records (%.1f MB) in %.2fs; %s", cfg.name, warmed,
-                     cache.held_bytes / 2**20, time.perf_counter() - began,
-                     "the whole topic" if cache.complete else "RecordCacheMemoryLimit holds no more")
         topic = SowTopic(
-            name=cfg.name, message_type=mt, storage=cache, key_generator=keygen,
+            # Publishes read the record they replace: a bounded cache of hot records answers most of those reads
+            # (loaded from the engine at start-up, :meth:`_load_record_caches`).
+            name=cfg.name, message_type=mt, storage=CachedStorage(storage, cfg.record_cache_bytes),
+            key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
             # Only the built-in default generator is a pure function of the key values (chaining is not).
             key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",

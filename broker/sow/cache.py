@@ -7,7 +7,7 @@ lookup here. The cache also remembers keys known to be absent (an insert's read)
 in a row is read once.
 
 A cache can also know that it holds *every* record of its topic (:attr:`CachedStorage.complete`): the
-engine held no record when the cache was made, or :meth:`CachedStorage.warm` (a topic opened at start-up)
+engine held no record when the cache was made, or :meth:`CachedStorage.warm` (at start-up, before recovery)
 loaded every record it held, and nothing was evicted or forgotten since (every record
 written since came through :meth:`CachedStorage.write` and is still held). Then a key the cache does not hold
 is absent, and an insert of a new key needs no read of the engine (for LevelDB a point read that visits the
@@ -36,8 +36,6 @@ from typing import Any
 from broker.config.model import DEFAULT_RECORD_CACHE_BYTES
 from broker.sow.storage import Snapshot, Storage
 
-#: The default bound of one topic's cache (keys, values and overhead): ``<RecordCacheMemoryLimit>``'s default.
-DEFAULT_CACHE_BYTES = DEFAULT_RECORD_CACHE_BYTES
 #: Bytes counted per entry besides its key and value (the ordered dict's slot and links, the bytes headers).
 ENTRY_OVERHEAD = 100
 
@@ -49,13 +47,14 @@ class CachedStorage(Storage):
 
     Args:
         inner: The storage engine holding the records.
-        max_bytes: The cache's bound (see the module docstring); 0 turns the cache off.
+        max_bytes: The cache's bound (see the module docstring; ``<RecordCacheMemoryLimit>``, 64MB by default); 0
+            turns the cache off.
 
     Attributes other than the :class:`Storage` methods (an engine's ``path``, ``reopens``...) are the inner
     engine's.
     """
 
-    def __init__(self, inner: Storage, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, inner: Storage, max_bytes: int = DEFAULT_RECORD_CACHE_BYTES) -> None:
         self.inner = inner
         self.max_bytes = max_bytes
         #: Key -> value (``None``: known to be absent), least recently used first.
@@ -118,7 +117,7 @@ class CachedStorage(Storage):
         return self._lru
 
     def warm(self) -> int:
-        """Fill the empty cache with the engine's records, in key order, up to the bound (when the topic opens,
+        """Fill the empty cache with the engine's records, in key order, up to the bound (at start-up,
         before anything reads or writes it), so a restarted topic starts as it was left instead of cold.
 
         Returns:
