@@ -158,6 +158,8 @@ def run_workload(ctx: Context, wid: str) -> list[Row]:
     except Exception as exc:  # noqa: BLE001 - a broken workload is a row saying so, not a crashed run
         ctx.log.append(f"{wid} failed: {type(exc).__name__}: {str(exc)[:500]}")
         ctx.log.append(traceback.format_exc(limit=4)[-1500:])
+        if ctx.broker is not None:  # what the broker said about it (a refused command, a closed connection)
+            ctx.log.append(f"the broker's log ended with:\n{ctx.broker.log_tail(1500)}")
         rows = [Row(wid, "(failed)", Figure("broker", None, note=f"error: {type(exc).__name__}"))]
     ctx.log.append(f"{wid} took {time.monotonic() - started:.1f}s")
     return rows

@@ -22,6 +22,7 @@ def amps_fanout(uri: str, topic: str, clients: int, expected: int, timeout: floa
     from bench.messages import TS_SLICE
 
     opened: list[Any] = []
+    step, t_step = "starting", time.monotonic()
     try:
         all_done = threading.Event()
         state = {"finished": 0}
@@ -46,8 +47,12 @@ def amps_fanout(uri: str, topic: str, clients: int, expected: int, timeout: floa
             return on_message
 
         for i in range(clients):
+            step = f"connecting subscriber {i}"
+            t_step = time.monotonic()
             c = connect(uri, "fanout-sub")
             opened.append(c)
+            step = f"subscribing {c.get_name()} (logged on in {time.monotonic() - t_step:.2f}s)"
+            t_step = time.monotonic()
             c.subscribe(handler_for(i), topic, timeout=10_000)
         conn.send(("ready", clients))
         cpu0 = time.process_time()
@@ -56,7 +61,9 @@ def amps_fanout(uri: str, topic: str, clients: int, expected: int, timeout: floa
         conn.send(("done", {"counts": counts, "last_ns": last_ns, "cpu_s": cpu_s,
                             "latencies": [x for lat in latencies for x in lat]}))
     except Exception:  # noqa: BLE001 - reported to the parent, which records the error
-        conn.send(("error", traceback.format_exc()[-1500:]))
+        # Which step failed and after how long: a refused subscribe, a timeout or a closed connection.
+        conn.send(("error", f"while {step}, after {time.monotonic() - t_step:.2f}s:\n"
+                            + traceback.format_exc()[-1500:]))
     finally:
         for c in opened:
             close(c)
