@@ -9,6 +9,7 @@ any other host.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -55,6 +56,15 @@ def install(root: Path, version: str = AMPS_JS_VERSION, *, timeout: float = 300.
         raise BrokerError("npm is not installed: install Node.js and npm (Debian: apt-get install nodejs npm) "
                           "to install the AMPS JavaScript client")
     root.mkdir(parents=True, exist_ok=True)
+    # One npm at a time per folder (parallel test workers, two benches): the others wait, then find it there.
+    with open(root / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed_version(root) == version:
+            return package_dir(root)
+        return _npm_install(npm, root, version, timeout)
+
+
+def _npm_install(npm: str, root: Path, version: str, timeout: float) -> Path:
     cmd = [npm, "install", "--prefix", str(root), "--no-save", "--no-audit", "--no-fund", "--no-package-lock",
            "--loglevel", "error", "--cache", str(root / ".npm"), f"amps@{version}"]
     try:
