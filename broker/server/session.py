@@ -42,7 +42,7 @@ from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
-from broker.server.sockio import read_some, socket_fd
+from broker.server.sockio import read_some, read_waiting, socket_fd
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
 
@@ -55,6 +55,13 @@ _ids = itertools.count(1)
 
 #: The most bytes one socket read takes (its frames are applied together).
 READ_SIZE = 65536
+#: How long the writes a publisher's publishes cause (deliveries, acks) may be held while its socket keeps holding
+#: more input at once: the publishes of each further read are applied as they come (one storage write and one
+#: journal append per read, as always), and everything they reached is written together when the socket is empty
+#: or this time is up. A streaming publisher's reads hold a few messages each, and writing after every read cost
+#: every subscriber a write system call and a wake-up per few messages. A lone message is never held: its socket
+#: is empty after it. See docs/bench.md, "Writes held while a publisher streams".
+HOLD_WRITES_SECONDS = 0.0005
 #: Bytes of query results queued before streaming waits for the client to read (at most half the
 #: client's outbound bound, so a large result never trips the bound of a client that reads).
 QUERY_WATERMARK = 4 * 1024 * 1024
@@ -345,9 +352,8 @@ class Session(PublishBatch):
             if not data:
                 return
             drained = len(data) < READ_SIZE
-            self.bytes_in += len(data)
-            self.broker.counters.bytes_in += len(data)
-            self._last_heard = trio.current_time()
+            self._count_input(data)
+            hold_end = 0.0  # writes are held (HOLD_WRITES_SECONDS) until then, while reads find more input
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
@@ -363,10 +369,23 @@ class Session(PublishBatch):
                     frame = conn.next_event()
                     if frame is NEED_DATA:
                         if batch:
-                            self._apply_batch(batch, flusher)
+                            if flusher is None:
+                                self._publish_batch(batch)
+                            else:  # written below, once the socket is empty
+                                self._apply_batch(batch, flusher, hold=True)
+                                hold_end = hold_end or perf_counter() + HOLD_WRITES_SECONDS
                             batch = []
                         if not self._reserve_input():
                             return
+                        if hold_end:
+                            more = read_waiting(fd, READ_SIZE) if perf_counter() < hold_end else b""
+                            if more:
+                                drained = len(more) < READ_SIZE
+                                self._count_input(more)
+                                conn.receive_data(more)
+                                continue
+                            hold_end = 0.0
+                            flusher.flush()
                         break
                     if frame is CLOSED:
                         return
@@ -379,6 +398,9 @@ class Session(PublishBatch):
                     if batch:
                         self._apply_batch(batch, flusher)
                         batch = []
+                    elif hold_end:  # what earlier reads' publishes reached goes out before this command runs
+                        flusher.flush()
+                    hold_end = 0.0
                     await self._dispatch(header, bytes(frame.body))
             except NotAmpsError as exc:
                 self.broker.counters.protocol_errors += 1
@@ -393,10 +415,22 @@ class Session(PublishBatch):
             finally:
                 if batch:  # the frames before a broken one, or before the end of the stream
                     self._apply_batch(batch, flusher)
+                elif hold_end:
+                    flusher.flush()
 
-    def _apply_batch(self, batch: list[Any], flusher: Flusher | None) -> None:
+    def _count_input(self, data: bytes) -> None:
+        self.bytes_in += len(data)
+        self.broker.counters.bytes_in += len(data)
+        self._last_heard = trio.current_time()
+
+    def _apply_batch(self, batch: list[Any], flusher: Flusher | None, *, hold: bool = False) -> None:
         """:meth:`_publish_batch`, then the outbound buffers it reached (acks, deliveries) written by this task
-        at once: one round of the :class:`Flusher` without waking it."""
+        at once: one round of the :class:`Flusher` without waking it.
+
+        Args:
+            hold: Leave the writing to the caller's ``flusher.flush()``: it reads on what the socket already holds
+                and applies it first, without yielding (HOLD_WRITES_SECONDS).
+        """
         if flusher is None:
             self._publish_batch(batch)
             return
@@ -405,7 +439,8 @@ class Session(PublishBatch):
             self._publish_batch(batch)
         finally:
             flusher.deferred = False
-            flusher.flush()
+            if not hold:
+                flusher.flush()
 
     def _reserve_input(self) -> bool:
         """Count the frame being received against the broker-wide budget; ``False``: it does not fit and

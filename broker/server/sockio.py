@@ -64,6 +64,15 @@ async def read_some(fd: int, max_bytes: int, *, drained: bool = False) -> bytes:
         return data
 
 
+def read_waiting(fd: int, max_bytes: int) -> bytes:
+    """Up to ``max_bytes`` already waiting in the socket, without waiting or yielding; ``b""`` when none are
+    (or the socket failed or the peer is gone: the next :func:`read_some` meets that again and says so)."""
+    try:
+        return os.read(fd, max_bytes)
+    except OSError:  # BlockingIOError included
+        return b""
+
+
 async def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data``, waiting whenever the socket's send buffer is full.
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.server.sockio import read_some, socket_fd, write_all
+from broker.server.sockio import read_some, read_waiting, socket_fd, write_all
 
 
 async def test_write_all_delivers_more_than_the_send_buffer_holds_in_order() -> None:
@@ -28,6 +28,19 @@ async def test_write_all_delivers_more_than_the_send_buffer_holds_in_order() -> 
             await write_all(a.fileno(), payload)
     assert bytes(got) == payload
     a.close()
+    b.close()
+
+
+async def test_read_waiting_takes_only_what_is_there_and_never_waits() -> None:
+    a, b = trio.socket.socketpair()
+    assert read_waiting(b.fileno(), 100) == b""  # nothing sent yet: no wait, no error
+    await write_all(a.fileno(), b"one" + b"two")
+    assert read_waiting(b.fileno(), 4) == b"onet"
+    assert read_waiting(b.fileno(), 100) == b"wo"
+    assert read_waiting(b.fileno(), 100) == b""
+    a.close()  # the peer gone: nothing either, and read_some then says so
+    assert read_waiting(b.fileno(), 100) == b""
+    assert await read_some(b.fileno(), 100) == b""
     b.close()
 
 
