@@ -73,6 +73,6 @@ QUICK = Sizes(
 FULL = Sizes(
     mode="full", ingest_messages=100_000, ingest_keys=100_000, query_records=100_000,
     batch_sizes=(1, 10, 100, 1000), query_repeats=2, oof_records=100_000, oof_updates=50_000, oof_rate=10_000,
-    oof_subscribers=(1, 4), replay_messages=100_000, fanout_messages=20_000, fanout_subscribers=(1, 4, 16),
+    oof_subscribers=(1, 4), replay_messages=100_000, fanout_messages=100_000, fanout_subscribers=(1, 4, 16),
     durable_messages=50_000, peer_window=256, limit_seconds=1.0, workload_timeout=300.0,
 )
