@@ -59,8 +59,9 @@ READ_SIZE = 65536
 #: more input at once: the publishes of each further read are applied as they come (one storage write and one
 #: journal append per read, as always), and everything they reached is written together when the socket is empty
 #: or this time is up. A streaming publisher's reads hold a few messages each, and writing after every read cost
-#: every subscriber a write system call and a wake-up per few messages. A lone message is never held: its socket
-#: is empty after it. See docs/bench.md, "Writes held while a publisher streams".
+#: every subscriber a write system call and a wake-up per few messages. A read holding a single publish starts no
+#: hold (a paced publisher's reads do: reading on would only find the socket empty), and a lone message is never
+#: held. See docs/bench.md, "Writes held while a publisher streams".
 HOLD_WRITES_SECONDS = 0.0005
 #: Bytes of query results queued before streaming waits for the client to read (at most half the
 #: client's outbound bound, so a large result never trips the bound of a client that reads).
@@ -371,9 +372,11 @@ class Session(PublishBatch):
                         if batch:
                             if flusher is None:
                                 self._publish_batch(batch)
-                            else:  # written below, once the socket is empty
+                            elif hold_end or len(batch) > 1:  # written below, once the socket is empty
                                 self._apply_batch(batch, flusher, hold=True)
                                 hold_end = hold_end or perf_counter() + HOLD_WRITES_SECONDS
+                            else:  # one publish per read: a paced publisher, nothing to gather writes over
+                                self._apply_batch(batch, flusher)
                             batch = []
                         if not self._reserve_input():
                             return
