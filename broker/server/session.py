@@ -370,13 +370,12 @@ class Session(PublishBatch):
                     frame = conn.next_event()
                     if frame is NEED_DATA:
                         if batch:
-                            if flusher is None:
-                                self._publish_batch(batch)
-                            elif hold_end or len(batch) > 1:  # written below, once the socket is empty
-                                self._apply_batch(batch, flusher, hold=True)
+                            # Held (written below, once the socket is empty) unless one publish came alone: a
+                            # paced publisher, nothing to gather writes over.
+                            hold = flusher is not None and (hold_end > 0 or len(batch) > 1)
+                            self._apply_batch(batch, flusher, hold=hold)
+                            if hold:
                                 hold_end = hold_end or perf_counter() + HOLD_WRITES_SECONDS
-                            else:  # one publish per read: a paced publisher, nothing to gather writes over
-                                self._apply_batch(batch, flusher)
                             batch = []
                         if not self._reserve_input():
                             return
