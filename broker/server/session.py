@@ -42,7 +42,7 @@ from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
-from broker.server.sockio import read_some, read_waiting, socket_fd
+from broker.server.sockio import SocketInput
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
 
@@ -341,20 +341,18 @@ class Session(PublishBatch):
                 self._nursery.cancel_scope.cancel()
 
     async def _reader(self) -> None:
-        fd = socket_fd(self.stream)
-        flusher = Flusher.current() if fd is not None else None
-        drained = False  # the last read came back short: the socket was empty then
+        source = SocketInput.of(self.stream, READ_SIZE)
+        flusher = Flusher.current() if source is not None else None
         while True:
             try:
-                data = await (read_some(fd, READ_SIZE, drained=drained) if fd is not None
-                              else self.stream.receive_some(READ_SIZE))
+                data = await (source.read() if source is not None else self.stream.receive_some(READ_SIZE))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
                 return
-            drained = len(data) < READ_SIZE
             self._count_input(data)
             hold_end = 0.0  # writes are held (HOLD_WRITES_SECONDS) until then, while reads find more input
+            run = 0  # publishes applied since this read: a streaming client's input is gathered (SocketInput.ran)
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
@@ -376,18 +374,20 @@ class Session(PublishBatch):
                             self._apply_batch(batch, flusher, hold=hold)
                             if hold:
                                 hold_end = hold_end or perf_counter() + HOLD_WRITES_SECONDS
+                            run += len(batch)
                             batch = []
                         if not self._reserve_input():
                             return
                         if hold_end:
-                            more = read_waiting(fd, READ_SIZE) if perf_counter() < hold_end else b""
+                            more = source.read_waiting() if perf_counter() < hold_end else b""
                             if more:
-                                drained = len(more) < READ_SIZE
                                 self._count_input(more)
                                 conn.receive_data(more)
                                 continue
                             hold_end = 0.0
                             flusher.flush()
+                        if source is not None:
+                            source.ran(run)
                         break
                     if frame is CLOSED:
                         return
@@ -399,6 +399,7 @@ class Session(PublishBatch):
                         continue
                     if batch:
                         self._apply_batch(batch, flusher)
+                        run += len(batch)
                         batch = []
                     elif hold_end:  # what earlier reads' publishes reached goes out before this command runs
                         flusher.flush()

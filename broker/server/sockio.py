@@ -7,14 +7,15 @@ per subscriber per incoming publish spends most of its time there. These helpers
 first and wait (``trio.lowlevel.wait_readable``/``wait_writable``, which are cancellation points) only
 when the socket is not ready, as trio's own socket methods do inside.
 
-Sessions use them when their stream is a ``trio.SocketStream``; any other stream (tests' memory
-streams, TLS) goes through the generic ``trio.abc.Stream`` calls.
+Sessions use them when their stream is a ``trio.SocketStream`` (:class:`SocketInput` for a client's input); any
+other stream (tests' memory streams, TLS) goes through the generic ``trio.abc.Stream`` calls.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import socket
 import sys
 from typing import Any
 
@@ -34,6 +35,27 @@ def socket_fd(stream: Any) -> int | None:
     return None
 
 
+#: A client streaming input (a run of reads took GATHER_RUN publishes or more) has its socket's reader woken only
+#: once GATHER_BYTES wait in the socket (``SO_RCVLOWAT``), or GATHER_WAIT_SECONDS have passed: each wake-up of the
+#: reader (and of the sending client, whose write wakes it) costs both processes more than the messages it brings.
+GATHER_RUN = 8
+GATHER_BYTES = 16384
+#: Shorter is no shorter: the event loop's ``epoll`` wait counts whole milliseconds.
+GATHER_WAIT_SECONDS = 0.001
+
+
+def _read_now(fd: int, max_bytes: int) -> bytes | None:
+    """Up to ``max_bytes`` from the socket; ``None`` when none are waiting, ``b""`` once the peer is gone."""
+    try:
+        return os.read(fd, max_bytes)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return b""
+        raise trio.BrokenResourceError(f"socket read failed: {exc}") from exc
+
+
 async def read_some(fd: int, max_bytes: int, *, drained: bool = False) -> bytes:
     """Up to ``max_bytes`` from the socket, waiting until some arrive; ``b""`` once the peer is gone.
 
@@ -48,20 +70,12 @@ async def read_some(fd: int, max_bytes: int, *, drained: bool = False) -> bytes:
     waited = drained
     if drained:
         await trio.lowlevel.wait_readable(fd)
-    while True:
-        try:
-            data = os.read(fd, max_bytes)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(fd)
-            waited = True
-            continue
-        except OSError as exc:
-            if exc.errno in _GONE:
-                return b""
-            raise trio.BrokenResourceError(f"socket read failed: {exc}") from exc
-        if not waited:
-            await trio.lowlevel.checkpoint()
-        return data
+    while (data := _read_now(fd, max_bytes)) is None:
+        await trio.lowlevel.wait_readable(fd)
+        waited = True
+    if not waited:
+        await trio.lowlevel.checkpoint()
+    return data
 
 
 def read_waiting(fd: int, max_bytes: int) -> bytes:
@@ -71,6 +85,75 @@ def read_waiting(fd: int, max_bytes: int) -> bytes:
         return os.read(fd, max_bytes)
     except OSError:  # BlockingIOError included
         return b""
+
+
+class SocketInput:
+    """A client's TCP socket as its session reads it: :func:`read_some` and :func:`read_waiting`, remembering
+    whether the last read emptied the socket, and gathering a streaming client's input in the kernel.
+
+    After each run of reads the session says how many publishes it took (:meth:`ran`). From a run of GATHER_RUN or
+    more, the socket is set to wake its reader only once GATHER_BYTES wait (``SO_RCVLOWAT``), and a wait for input
+    lasts at most GATHER_WAIT_SECONDS; a shorter run, or a wait that ends by the clock, sets it back, so a paced
+    client's every message, and a stream's last, still wake the reader at once (the latter within
+    GATHER_WAIT_SECONDS). On a platform without ``SO_RCVLOWAT`` every read is as :func:`read_some`'s.
+    """
+
+    def __init__(self, sock: Any, max_bytes: int) -> None:
+        self.fd: int = sock.fileno()
+        self.max_bytes = max_bytes
+        self.gathering = False
+        self._sock = sock
+        self._drained = False  # the last read came back short: the socket was empty then
+        self._can_gather = hasattr(socket, "SO_RCVLOWAT") and sock.family in (socket.AF_INET, socket.AF_INET6)
+
+    @classmethod
+    def of(cls, stream: Any, max_bytes: int) -> SocketInput | None:
+        """The input of ``stream`` when it is a plain trio socket stream (:func:`socket_fd`), else ``None``."""
+        return cls(stream.socket, max_bytes) if socket_fd(stream) is not None else None
+
+    async def read(self) -> bytes:
+        """As :func:`read_some`: some bytes, waiting until some arrive (a scheduling point either way); ``b""`` once
+        the peer is gone."""
+        fd, max_bytes = self.fd, self.max_bytes
+        waited = self._drained
+        if waited:
+            if self.gathering:
+                with trio.move_on_after(GATHER_WAIT_SECONDS) as wait:
+                    await trio.lowlevel.wait_readable(fd)
+                if wait.cancelled_caught:  # the stream slowed down or ended: what comes next wakes the reader
+                    self._gather(False)
+            else:
+                await trio.lowlevel.wait_readable(fd)
+        while (data := _read_now(fd, max_bytes)) is None:
+            self._gather(False)  # a wait that is not bounded in time must end on any input
+            await trio.lowlevel.wait_readable(fd)
+            waited = True
+        if not waited:
+            await trio.lowlevel.checkpoint()
+        self._drained = len(data) < max_bytes
+        return data
+
+    def read_waiting(self) -> bytes:
+        """As :func:`read_waiting`: what is already there, without waiting or yielding."""
+        data = read_waiting(self.fd, self.max_bytes)
+        self._drained = len(data) < self.max_bytes
+        return data
+
+    def ran(self, publishes: int) -> None:
+        """A run of reads, until the socket was empty, took ``publishes`` publishes: gather the input that follows
+        when it is a stream's."""
+        if (publishes >= GATHER_RUN) is not self.gathering:
+            self._gather(not self.gathering)
+
+    def _gather(self, on: bool) -> None:
+        if on and not self._can_gather or on is self.gathering:
+            return
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, GATHER_BYTES if on else 1)
+        except OSError:  # the platform or socket does not take it: read as before
+            self._can_gather = False
+            on = False
+        self.gathering = on
 
 
 async def write_all(fd: int, data: bytes) -> None:

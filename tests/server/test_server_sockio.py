@@ -8,7 +8,15 @@ import pytest
 import trio
 import trio.testing
 
-from broker.server.sockio import read_some, read_waiting, socket_fd, write_all
+from broker.server.sockio import (
+    GATHER_BYTES,
+    GATHER_RUN,
+    SocketInput,
+    read_some,
+    read_waiting,
+    socket_fd,
+    write_all,
+)
 
 
 async def test_write_all_delivers_more_than_the_send_buffer_holds_in_order() -> None:
@@ -110,4 +118,84 @@ async def test_a_read_after_a_short_one_waits_first_and_is_still_a_checkpoint() 
         assert await read_some(b.fileno(), 100, drained=True) == b"already there"
     a.close()
     assert await read_some(b.fileno(), 100, drained=True) == b""
+    b.close()
+
+
+async def _tcp_pair() -> tuple[trio.socket.SocketType, trio.socket.SocketType]:
+    """Two ends of a TCP connection over loopback (``SO_RCVLOWAT`` is honoured by TCP, not by Unix sockets)."""
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    a = trio.socket.socket()
+    await a.connect(listener.getsockname())
+    b, _ = await listener.accept()
+    listener.close()
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return a, b
+
+
+async def test_a_stream_is_gathered_and_its_tail_still_comes_within_the_time_bound() -> None:
+    a, b = await _tcp_pair()
+    source = SocketInput(b, 65536)
+    await write_all(a.fileno(), b"first")
+    assert await source.read() == b"first"
+    source.ran(GATHER_RUN - 1)  # a short run: nothing to gather
+    assert not source.gathering
+    source.ran(GATHER_RUN)  # a stream's run: the kernel wakes the reader only once GATHER_BYTES wait
+    assert source.gathering
+    assert b.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == GATHER_BYTES
+    await write_all(a.fileno(), b"tail")  # far below the mark, and nothing after it
+    with trio.fail_after(5):
+        assert await source.read() == b"tail"  # after GATHER_WAIT_SECONDS
+    assert not source.gathering  # the wait ended by the clock: the next message wakes the reader at once
+    assert b.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+    a.close()
+    assert await source.read() == b""
+    b.close()
+
+
+async def test_a_gathered_read_takes_what_reached_the_mark_at_once() -> None:
+    a, b = await _tcp_pair()
+    source = SocketInput(b, 1 << 20)
+    source.ran(GATHER_RUN)
+    payload = bytes(range(256)) * (GATHER_BYTES // 256 + 1)
+    await write_all(a.fileno(), payload)
+    got = bytearray()
+    with trio.fail_after(5):
+        while len(got) < len(payload):
+            got += await source.read()
+    assert bytes(got) == payload
+    assert source.gathering  # woken by the mark, not by the clock
+    a.close()
+    b.close()
+
+
+async def test_a_gathered_wait_that_finds_nothing_waits_on_for_any_input() -> None:
+    """The stream stopped: the time bound passes with the socket empty. The reader must then wait for any input,
+    not for the mark: a paced client's next message, far below it, wakes the reader."""
+    a, b = await _tcp_pair()
+    source = SocketInput(b, 65536)
+    source.ran(GATHER_RUN)
+    assert source.read_waiting() == b""  # the socket is empty: the next read waits first
+    async with trio.open_nursery() as nursery:
+        async def send_later() -> None:
+            await trio.sleep(0.05)
+            await write_all(a.fileno(), b"x")
+        nursery.start_soon(send_later)
+        with trio.fail_after(5):
+            assert await source.read() == b"x"
+    assert not source.gathering
+    a.close()
+    b.close()
+
+
+async def test_a_unix_socket_is_never_gathered() -> None:
+    a, b = trio.socket.socketpair()
+    source = SocketInput(b, 100)
+    source.ran(10 * GATHER_RUN)
+    assert not source.gathering
+    await write_all(a.fileno(), b"y")
+    with trio.fail_after(5):
+        assert await source.read() == b"y"
+    a.close()
     b.close()
