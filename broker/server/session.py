@@ -123,6 +123,8 @@ class Session(PublishBatch):
         self.messages_in = 0
         self.messages_out = 0
         self.bytes_in = 0
+        #: The client's socket as the reader reads it (``None`` until it starts, and on other streams: TLS, tests').
+        self.input: SocketInput | None = None
         self._held: list[bytes] | None = None
         #: Bytes in ``_held``: they count against the outbound bound like queued bytes.
         self._held_bytes = 0
@@ -341,7 +343,7 @@ class Session(PublishBatch):
                 self._nursery.cancel_scope.cancel()
 
     async def _reader(self) -> None:
-        source = SocketInput.of(self.stream, READ_SIZE)
+        source = self.input = SocketInput.of(self.stream, READ_SIZE)
         flusher = Flusher.current() if source is not None else None
         while True:
             try:
@@ -353,10 +355,10 @@ class Session(PublishBatch):
             self._count_input(data)
             hold_end = 0.0  # writes are held (HOLD_WRITES_SECONDS) until then, while reads find more input
             run = 0  # publishes applied since this read: a streaming client's input is gathered (SocketInput.ran)
+            plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
-            plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
             conn = self.conn
             try:
                 conn.receive_data(data)
@@ -386,8 +388,8 @@ class Session(PublishBatch):
                                 continue
                             hold_end = 0.0
                             flusher.flush()
-                        if source is not None:
-                            source.ran(run)
+                        if source is not None:  # a publisher waiting for acks is not kept waiting for more input
+                            source.ran(run if plain is None or not plain.ack_type else 0)
                         break
                     if frame is CLOSED:
                         return

@@ -91,7 +91,8 @@ class SocketInput:
     """A client's TCP socket as its session reads it: :func:`read_some` and :func:`read_waiting`, remembering
     whether the last read emptied the socket, and gathering a streaming client's input in the kernel.
 
-    After each run of reads the session says how many publishes it took (:meth:`ran`). From a run of GATHER_RUN or
+    After each run of reads the session says how many publishes it took (:meth:`ran`; none when they ask for acks:
+    their publisher waits for those, and a wait for more input would delay them). From a run of GATHER_RUN or
     more, the socket is set to wake its reader only once GATHER_BYTES wait (``SO_RCVLOWAT``), and a wait for input
     lasts at most GATHER_WAIT_SECONDS; a shorter run, or a wait that ends by the clock, sets it back, so a paced
     client's every message, and a stream's last, still wake the reader at once (the latter within
@@ -102,6 +103,7 @@ class SocketInput:
         self.fd: int = sock.fileno()
         self.max_bytes = max_bytes
         self.gathering = False
+        self.gathered = 0  # how many times the mark was set
         self._sock = sock
         self._drained = False  # the last read came back short: the socket was empty then
         self._can_gather = hasattr(socket, "SO_RCVLOWAT") and sock.family in (socket.AF_INET, socket.AF_INET6)
@@ -154,6 +156,7 @@ class SocketInput:
             self._can_gather = False
             on = False
         self.gathering = on
+        self.gathered += on
 
 
 async def write_all(fd: int, data: bytes) -> None:
