@@ -1,5 +1,6 @@
 """What in-process engine tests share (tests/server): a broker built from a config text, a fake client that
-records what the engine sends it, and storage writes made to fail (a full disk)."""
+records what the engine sends it, storage writes made to fail (a full disk), and a raw client connection to a
+serving broker (frames by hand over real TCP)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import trio
 from broker.config import load_config
 from broker.engine.fanout import OneByOne
 from broker.errors import StorageError
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker
 from broker.txlog.bookmarks import client_name_hash
 
@@ -58,3 +60,24 @@ def broker_from(config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     b = Broker(load_config(tmp_path / "config.xml"))
     yield b
     trio.run(b.aclose)
+
+
+async def frames_until(stream: trio.SocketStream, conn: Connection, until: Any) -> list[dict[str, Any]]:
+    """Frames received (their headers, wire keys) until ``until(frames)`` holds (20 s at most)."""
+    got: list[dict[str, Any]] = []
+    with trio.fail_after(20):
+        while not until(got):
+            conn.receive_data(await stream.receive_some(65536))
+            while (event := conn.next_event()) is not NEED_DATA and event is not CLOSED:
+                got.append(dict(event.header.fields()))
+    return got
+
+
+async def logged_on(broker: Broker, name: str) -> tuple[trio.SocketStream, Connection]:
+    """A raw connection to the serving ``broker``, logged on as ``name``."""
+    host, port = broker.addresses[0]
+    stream = await trio.open_tcp_stream(host, port)
+    conn = Connection()
+    await stream.send_all(encode_frame({"c": "logon", "cid": "logon", "client_name": name, "a": "processed"}))
+    await frames_until(stream, conn, lambda got: any(h.get("cmd_id") == "logon" for h in got))
+    return stream, conn

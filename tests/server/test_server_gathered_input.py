@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import trio
-from engine_fakes import broker_from
+from engine_fakes import broker_from, frames_until, logged_on
 
-from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
+from broker.protocol import encode_frame
 from broker.server.kernel import Broker
 from broker.server.sockio import GATHER_BYTES
 
@@ -33,23 +33,6 @@ def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Broker]:
     yield from broker_from(CONFIG, tmp_path, monkeypatch)
 
 
-async def _frames(stream: trio.SocketStream, conn: Connection, until: Any) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-    with trio.fail_after(20):
-        while not until(got):
-            conn.receive_data(await stream.receive_some(65536))
-            while (event := conn.next_event()) is not NEED_DATA and event is not CLOSED:
-                got.append(dict(event.header.fields()))
-    return got
-
-
-async def _client(broker: Broker, name: str) -> tuple[trio.SocketStream, Connection]:
-    host, port = broker.addresses[0]
-    stream = await trio.open_tcp_stream(host, port)
-    conn = Connection()
-    await stream.send_all(encode_frame({"c": "logon", "cid": "logon", "client_name": name, "a": "processed"}))
-    await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "logon" for h in got))
-    return stream, conn
 
 
 def _low_water(broker: Broker, name: str) -> int:
@@ -75,20 +58,20 @@ def _publishes(topic: str, first: int, count: int, acks: str = "") -> bytes:
 async def test_a_stream_without_acks_is_gathered_and_one_waiting_for_acks_is_not(broker: Broker) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
-        sub, sub_conn = await _client(broker, "sub")
+        sub, sub_conn = await logged_on(broker, "sub")
         await sub.send_all(encode_frame({"c": "subscribe", "cid": "s", "t": "logged", "sub_id": "s", "a": "processed"}))
-        await _frames(sub, sub_conn, lambda got: any(h.get("cmd_id") == "s" for h in got))
+        await frames_until(sub, sub_conn, lambda got: any(h.get("cmd_id") == "s" for h in got))
 
-        streamer, _ = await _client(broker, "streamer")
+        streamer, _ = await logged_on(broker, "streamer")
         await streamer.send_all(_publishes("logged", 0, COUNT))  # one write: the broker's reads find many
-        got = await _frames(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) >= COUNT)
+        got = await frames_until(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) >= COUNT)
         assert sum(h.get("command") == "publish" for h in got) == COUNT
         assert _low_water(broker, "streamer") == GATHER_BYTES  # still: no wait has ended by the clock yet
         assert _times_gathered(broker, "streamer") == 1
 
-        waiter, waiter_conn = await _client(broker, "waiter")
+        waiter, waiter_conn = await logged_on(broker, "waiter")
         await waiter.send_all(_publishes("logged", COUNT, COUNT, acks="persisted"))
-        acks = await _frames(waiter, waiter_conn, lambda got: any(
+        acks = await frames_until(waiter, waiter_conn, lambda got: any(
             h.get("ack_type") == "persisted" and h.get("seq") == 2 * COUNT for h in got))
         assert all(h.get("status") == "success" for h in acks)
         # Its publisher waits for the acks: they are not delayed by a wait for more input.
@@ -96,7 +79,7 @@ async def test_a_stream_without_acks_is_gathered_and_one_waiting_for_acks_is_not
         assert _low_water(broker, "waiter") == 1
 
         await streamer.send_all(_publishes("logged", 2 * COUNT, 1))  # a lone message: a paced client again
-        got = await _frames(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) == COUNT + 1)
+        got = await frames_until(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) == COUNT + 1)
         assert _low_water(broker, "streamer") == 1
         for stream in (sub, streamer, waiter):
             await stream.aclose()

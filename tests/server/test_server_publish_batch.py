@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import trio
-from engine_fakes import Client, FailingWrites, broker_from
+from engine_fakes import Client, FailingWrites, broker_from, frames_until, logged_on
 
 from broker.engine.publish import DUPLICATE, PublishMessage
 from broker.errors import CommandError, StorageError
-from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
+from broker.protocol import encode_frame
 from broker.server.kernel import Broker
 from broker.txlog import ReplayStart
 
@@ -162,25 +162,6 @@ def test_append_many_refuses_an_entry_it_cannot_encode_and_appends_nothing(broke
     assert getattr(info.value, "index", None) == 1 and j.last_sequence == 0
 
 
-async def _frames(stream: trio.SocketStream, conn: Connection, until: Any) -> list[dict[str, Any]]:
-    """Frames received (their headers, wire keys) until ``until(frames)`` holds."""
-    got: list[dict[str, Any]] = []
-    with trio.fail_after(20):
-        while not until(got):
-            conn.receive_data(await stream.receive_some(65536))
-            while (event := conn.next_event()) is not NEED_DATA and event is not CLOSED:
-                got.append(dict(event.header.fields()))
-    return got
-
-
-async def _logged_on(broker: Broker, name: str) -> tuple[trio.SocketStream, Connection]:
-    """A raw connection to ``broker``, logged on as ``name``."""
-    host, port = broker.addresses[0]
-    stream = await trio.open_tcp_stream(host, port)
-    conn = Connection()
-    await stream.send_all(encode_frame({"c": "logon", "cid": "logon", "client_name": name, "a": "processed"}))
-    await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "logon" for h in got))
-    return stream, conn
 
 
 async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_conflated(
@@ -191,7 +172,7 @@ async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_confl
     bad = {n for n in range(count) if n % 97 == 13}
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
-        stream, conn = await _logged_on(broker, "raw")
+        stream, conn = await logged_on(broker, "raw")
         frames = b"".join(
             encode_frame({"c": "p", "t": "orders", "cid": f"c{n}", "s": n + 1, "a": "processed,persisted"},
                          b"{not json" if n in bad else json.dumps({"id": n % 25, "n": n}).encode())
@@ -202,7 +183,7 @@ async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_confl
             return max((h["seq"] for h in got if h.get("ack_type") == "persisted" and h.get("status") == "success"),
                        default=0)
 
-        got = await _frames(stream, conn, lambda got: persisted_top(got) == count and sum(
+        got = await frames_until(stream, conn, lambda got: persisted_top(got) == count and sum(
             1 for h in got if h.get("ack_type") == "processed") == count)
         processed = [h for h in got if h.get("ack_type") == "processed"]
         assert [h["cmd_id"] for h in processed] == [f"c{n}" for n in range(count)]
@@ -216,7 +197,7 @@ async def test_one_write_of_many_publishes_gets_its_acks_per_command_id_or_confl
         frames = b"".join(encode_frame({"c": "p", "t": "orders", "s": count + n + 1, "a": "persisted"},
                                        json.dumps({"id": n % 25, "n": n}).encode()) for n in range(count))
         await stream.send_all(frames)
-        more = await _frames(stream, conn, lambda got: persisted_top(got) == 2 * count)
+        more = await frames_until(stream, conn, lambda got: persisted_top(got) == 2 * count)
         acked = [h["seq"] for h in more if h.get("ack_type") == "persisted"]
         assert acked == sorted(acked) and acked[-1] == 2 * count and len(acked) < count
         assert all(h.get("status") == "success" and "cmd_id" not in h for h in more)
@@ -241,7 +222,7 @@ async def test_a_failed_persisted_ack_waits_for_the_earlier_messages_to_be_durab
     broker.journal.sync = held_sync  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
-        stream, conn = await _logged_on(broker, "store")
+        stream, conn = await logged_on(broker, "store")
         good = encode_frame({"c": "p", "t": "orders", "s": 1, "a": "persisted"}, b'{"id": 1}')
         refused = encode_frame({"c": "p", "t": "orders", "s": 2, "a": "persisted"}, b"{not json")
         mark = encode_frame({"c": "unsubscribe", "cid": "mark", "sub_id": "none", "a": "processed"})
@@ -252,11 +233,11 @@ async def test_a_failed_persisted_ack_waits_for_the_earlier_messages_to_be_durab
             await trio.sleep(0.05)  # applied alone: its own batch
             await stream.send_all(refused + mark)
         # The later command was answered, so the refusal was handled: its persisted ack is held, not sent.
-        got = await _frames(stream, conn, lambda got: any(h.get("cmd_id") == "mark" for h in got))
+        got = await frames_until(stream, conn, lambda got: any(h.get("cmd_id") == "mark" for h in got))
         assert broker.journal.durable_sequence == 0
         assert not [h for h in got if h.get("ack_type") == "persisted"], got
         release.set()
-        got += await _frames(stream, conn, lambda more: any(
+        got += await frames_until(stream, conn, lambda more: any(
             h.get("ack_type") == "persisted" and h.get("status") == "failure" for h in more))
         persisted = [(h["seq"], h["status"]) for h in got if h.get("ack_type") == "persisted"]
         assert persisted[-1] == (2, "failure") and set(persisted) <= {(1, "success"), (2, "failure")}, persisted
