@@ -17,6 +17,7 @@ import errno
 import os
 import socket
 import sys
+from time import perf_counter
 from typing import Any
 
 import trio
@@ -35,13 +36,21 @@ def socket_fd(stream: Any) -> int | None:
     return None
 
 
-#: A client streaming input (a run of reads took GATHER_RUN publishes or more) has its socket's reader woken only
-#: once GATHER_BYTES wait in the socket (``SO_RCVLOWAT``), or GATHER_WAIT_SECONDS have passed: each wake-up of the
-#: reader (and of the sending client, whose write wakes it) costs both processes more than the messages it brings.
+#: A client streaming input (a run of reads took GATHER_RUN publishes or more, and its input comes at GATHER_RATE
+#: or faster) has its socket's reader woken only once GATHER_BYTES wait in the socket (``SO_RCVLOWAT``), or
+#: GATHER_WAIT_SECONDS have passed: each wake-up of the reader (and of the sending client, whose write wakes it)
+#: costs both processes more than the few messages it brings.
 GATHER_RUN = 8
 GATHER_BYTES = 16384
 #: Shorter is no shorter: the event loop's ``epoll`` wait counts whole milliseconds.
 GATHER_WAIT_SECONDS = 0.001
+#: Bytes per second: input this fast reaches GATHER_BYTES within twice GATHER_WAIT_SECONDS, so a wait ends by the
+#: mark about as often as by the clock, or more often. A slower client (a paced one, whose bursts catch up on its
+#: pace: W3's 10,000 updates/s are 3 MB/s) is not gathered: its waits would end by the clock, adding up to that time
+#: to its every message's latency.
+GATHER_RATE = GATHER_BYTES / (2 * GATHER_WAIT_SECONDS)
+#: The input rate is measured over spans of at least this long.
+RATE_SPAN_SECONDS = 0.002
 
 
 def _read_now(fd: int, max_bytes: int) -> bytes | None:
@@ -93,10 +102,11 @@ class SocketInput:
 
     After each run of reads the session says how many publishes it took (:meth:`ran`; none when they ask for acks:
     their publisher waits for those, and a wait for more input would delay them). From a run of GATHER_RUN or
-    more, the socket is set to wake its reader only once GATHER_BYTES wait (``SO_RCVLOWAT``), and a wait for input
-    lasts at most GATHER_WAIT_SECONDS; a shorter run, or a wait that ends by the clock, sets it back, so a paced
-    client's every message, and a stream's last, still wake the reader at once (the latter within
-    GATHER_WAIT_SECONDS). On a platform without ``SO_RCVLOWAT`` every read is as :func:`read_some`'s.
+    more, while the input comes at GATHER_RATE or faster, the socket is set to wake its reader only once
+    GATHER_BYTES wait (``SO_RCVLOWAT``), and a wait for input lasts at most GATHER_WAIT_SECONDS. A shorter run, a
+    slower rate, or a wait that ends by the clock sets it back, so a paced client's every message, and a stream's
+    last, still wake the reader at once (the latter within GATHER_WAIT_SECONDS). On a platform without
+    ``SO_RCVLOWAT`` every read is as :func:`read_some`'s.
     """
 
     def __init__(self, sock: Any, max_bytes: int) -> None:
@@ -106,6 +116,9 @@ class SocketInput:
         self.gathered = 0  # how many times the mark was set
         self._sock = sock
         self._drained = False  # the last read came back short: the socket was empty then
+        self._fast = False  # the input came at GATHER_RATE or faster over the last span measured
+        self._span_start = perf_counter()
+        self._span_bytes = 0
         self._can_gather = hasattr(socket, "SO_RCVLOWAT") and sock.family in (socket.AF_INET, socket.AF_INET6)
 
     @classmethod
@@ -133,18 +146,25 @@ class SocketInput:
         if not waited:
             await trio.lowlevel.checkpoint()
         self._drained = len(data) < max_bytes
+        self._span_bytes += len(data)
         return data
 
     def read_waiting(self) -> bytes:
         """As :func:`read_waiting`: what is already there, without waiting or yielding."""
         data = read_waiting(self.fd, self.max_bytes)
         self._drained = len(data) < self.max_bytes
+        self._span_bytes += len(data)
         return data
 
     def ran(self, publishes: int) -> None:
         """A run of reads, until the socket was empty, took ``publishes`` publishes: gather the input that follows
-        when it is a stream's."""
-        if (publishes >= GATHER_RUN) is not self.gathering:
+        when it is a fast stream's."""
+        now = perf_counter()
+        span = now - self._span_start
+        if span >= RATE_SPAN_SECONDS:
+            self._fast = self._span_bytes >= GATHER_RATE * span
+            self._span_start, self._span_bytes = now, 0
+        if (publishes >= GATHER_RUN and self._fast) is not self.gathering:
             self._gather(not self.gathering)
 
     def _gather(self, on: bool) -> None:

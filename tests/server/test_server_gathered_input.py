@@ -15,8 +15,9 @@ import trio
 from engine_fakes import broker_from, frames_until, logged_on
 
 from broker.protocol import encode_frame
+from broker.server import sockio
 from broker.server.kernel import Broker
-from broker.server.sockio import GATHER_BYTES
+from broker.server.sockio import GATHER_BYTES, RATE_SPAN_SECONDS
 
 CONFIG = """<AMPSConfig><Name>gather-test</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -25,7 +26,8 @@ CONFIG = """<AMPSConfig><Name>gather-test</Name>
   <Topic><Name>logged</Name><MessageType>json</MessageType></Topic>
 </TransactionLog></AMPSConfig>"""
 
-COUNT = 600
+COUNT = 2000
+PAD = "x" * 1000  # 2 MB in one write: far above GATHER_RATE over the span it is measured on
 
 
 @pytest.fixture
@@ -51,11 +53,18 @@ def _publishes(topic: str, first: int, count: int, acks: str = "") -> bytes:
     """``count`` publishes; with ``acks``, each asks for them and carries its sequence number, as a publish store's
     do."""
     extra: Any = (lambda n: {"a": acks, "s": n + 1}) if acks else (lambda n: {})
-    return b"".join(encode_frame({"c": "p", "t": topic, **extra(n)}, json.dumps({"n": n}).encode())
+    return b"".join(encode_frame({"c": "p", "t": topic, **extra(n)}, json.dumps({"n": n, "pad": PAD}).encode())
                     for n in range(first, first + count))
 
 
-async def test_a_stream_without_acks_is_gathered_and_one_waiting_for_acks_is_not(broker: Broker) -> None:
+def _deliveries(got: list[dict[str, Any]]) -> int:
+    return sum(h.get("command") == "publish" for h in got)
+
+
+async def test_a_stream_without_acks_is_gathered_and_one_waiting_for_acks_is_not(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The time bound made long, so what the test sends meets a wait for the mark (at 1 ms it would be a race).
+    monkeypatch.setattr(sockio, "GATHER_WAIT_SECONDS", 2.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
         sub, sub_conn = await logged_on(broker, "sub")
@@ -63,24 +72,33 @@ async def test_a_stream_without_acks_is_gathered_and_one_waiting_for_acks_is_not
         await frames_until(sub, sub_conn, lambda got: any(h.get("cmd_id") == "s" for h in got))
 
         streamer, _ = await logged_on(broker, "streamer")
+        await trio.sleep(RATE_SPAN_SECONDS)  # the stream's run ends a whole span after the connection started
         await streamer.send_all(_publishes("logged", 0, COUNT))  # one write: the broker's reads find many
-        got = await frames_until(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) >= COUNT)
-        assert sum(h.get("command") == "publish" for h in got) == COUNT
-        assert _low_water(broker, "streamer") == GATHER_BYTES  # still: no wait has ended by the clock yet
+        got = await frames_until(sub, sub_conn, lambda got: _deliveries(got) >= COUNT)
+        assert _deliveries(got) == COUNT
+        assert _low_water(broker, "streamer") == GATHER_BYTES
         assert _times_gathered(broker, "streamer") == 1
 
+        # A tail below the mark, with nothing after it, comes in when the wait's time bound passes.
+        await streamer.send_all(_publishes("logged", COUNT, 2))
+        got = await frames_until(sub, sub_conn, lambda got: _deliveries(got) >= 2)
+        assert _deliveries(got) == 2
+        assert _low_water(broker, "streamer") == 1  # the wait ended by the clock: the next message wakes the reader
+
         waiter, waiter_conn = await logged_on(broker, "waiter")
-        await waiter.send_all(_publishes("logged", COUNT, COUNT, acks="persisted"))
+        await waiter.send_all(_publishes("logged", COUNT + 2, COUNT, acks="persisted"))
         acks = await frames_until(waiter, waiter_conn, lambda got: any(
-            h.get("ack_type") == "persisted" and h.get("seq") == 2 * COUNT for h in got))
+            h.get("ack_type") == "persisted" and h.get("seq") == 2 * COUNT + 2 for h in got))
         assert all(h.get("status") == "success" for h in acks)
         # Its publisher waits for the acks: they are not delayed by a wait for more input.
         assert _times_gathered(broker, "waiter") == 0
         assert _low_water(broker, "waiter") == 1
+        got = await frames_until(sub, sub_conn, lambda got: _deliveries(got) >= COUNT)
 
-        await streamer.send_all(_publishes("logged", 2 * COUNT, 1))  # a lone message: a paced client again
-        got = await frames_until(sub, sub_conn, lambda got: sum(h.get("command") == "publish" for h in got) == COUNT + 1)
-        assert _low_water(broker, "streamer") == 1
+        await streamer.send_all(_publishes("logged", 2 * COUNT + 2, 1))  # a lone message: a paced client again
+        got = await frames_until(sub, sub_conn, lambda got: _deliveries(got) >= 1)
+        assert _deliveries(got) == 1
+        assert _times_gathered(broker, "streamer") == 1
         for stream in (sub, streamer, waiter):
             await stream.aclose()
         nursery.cancel_scope.cancel()

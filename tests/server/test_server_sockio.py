@@ -11,6 +11,7 @@ import trio.testing
 from broker.server.sockio import (
     GATHER_BYTES,
     GATHER_RUN,
+    RATE_SPAN_SECONDS,
     SocketInput,
     read_some,
     read_waiting,
@@ -134,14 +135,25 @@ async def _tcp_pair() -> tuple[trio.socket.SocketType, trio.socket.SocketType]:
     return a, b
 
 
+async def _fast_input(a: trio.socket.SocketType, source: SocketInput) -> None:
+    """4 MB through ``source``, then RATE_SPAN_SECONDS: input above GATHER_RATE over the span measured, unless
+    reading them and the sleep took half a second."""
+    payload = b"z" * (4 << 20)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_all, a.fileno(), payload)
+        got = 0
+        while got < len(payload):
+            got += len(await source.read())
+    await trio.sleep(RATE_SPAN_SECONDS)
+
+
 async def test_a_stream_is_gathered_and_its_tail_still_comes_within_the_time_bound() -> None:
     a, b = await _tcp_pair()
     source = SocketInput(b, 65536)
-    await write_all(a.fileno(), b"first")
-    assert await source.read() == b"first"
+    await _fast_input(a, source)
     source.ran(GATHER_RUN - 1)  # a short run: nothing to gather
     assert not source.gathering
-    source.ran(GATHER_RUN)  # a stream's run: the kernel wakes the reader only once GATHER_BYTES wait
+    source.ran(GATHER_RUN)  # a fast stream's run: the kernel wakes the reader only once GATHER_BYTES wait
     assert source.gathering
     assert b.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == GATHER_BYTES
     await write_all(a.fileno(), b"tail")  # far below the mark, and nothing after it
@@ -157,7 +169,9 @@ async def test_a_stream_is_gathered_and_its_tail_still_comes_within_the_time_bou
 async def test_a_gathered_read_takes_what_reached_the_mark_at_once() -> None:
     a, b = await _tcp_pair()
     source = SocketInput(b, 1 << 20)
+    await _fast_input(a, source)
     source.ran(GATHER_RUN)
+    assert source.gathering
     payload = bytes(range(256)) * (GATHER_BYTES // 256 + 1)
     await write_all(a.fileno(), payload)
     got = bytearray()
@@ -175,7 +189,9 @@ async def test_a_gathered_wait_that_finds_nothing_waits_on_for_any_input() -> No
     not for the mark: a paced client's next message, far below it, wakes the reader."""
     a, b = await _tcp_pair()
     source = SocketInput(b, 65536)
+    await _fast_input(a, source)
     source.ran(GATHER_RUN)
+    assert source.gathering
     assert source.read_waiting() == b""  # the socket is empty: the next read waits first
     async with trio.open_nursery() as nursery:
         async def send_later() -> None:
@@ -185,6 +201,21 @@ async def test_a_gathered_wait_that_finds_nothing_waits_on_for_any_input() -> No
         with trio.fail_after(5):
             assert await source.read() == b"x"
     assert not source.gathering
+    a.close()
+    b.close()
+
+
+async def test_a_slow_client_is_not_gathered_however_long_its_runs() -> None:
+    """A paced client catching up on its pace sends runs of many messages, but at a low rate: its waits would end
+    by the clock, each adding that time to its messages' latency."""
+    a, b = await _tcp_pair()
+    source = SocketInput(b, 65536)
+    for _ in range(3):
+        await write_all(a.fileno(), b"m" * 300)
+        await source.read()
+        await trio.sleep(RATE_SPAN_SECONDS)
+        source.ran(10 * GATHER_RUN)
+        assert not source.gathering
     a.close()
     b.close()
 
