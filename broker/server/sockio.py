@@ -159,13 +159,17 @@ class SocketInput:
     def ran(self, publishes: int) -> None:
         """A run of reads, until the socket was empty, took ``publishes`` publishes: gather the input that follows
         when it is a fast stream's."""
+        if publishes < GATHER_RUN:  # a paced client's every run: nothing more to look at
+            if self.gathering:
+                self._gather(False)
+            return
         now = perf_counter()
         span = now - self._span_start
-        if span >= RATE_SPAN_SECONDS:
+        if span >= RATE_SPAN_SECONDS:  # the rate since the last look, however long ago
             self._fast = self._span_bytes >= GATHER_RATE * span
             self._span_start, self._span_bytes = now, 0
-        if (publishes >= GATHER_RUN and self._fast) is not self.gathering:
-            self._gather(not self.gathering)
+        if self._fast is not self.gathering:
+            self._gather(self._fast)
 
     def _gather(self, on: bool) -> None:
         if on and not self._can_gather or on is self.gathering:
