@@ -14,7 +14,7 @@ import AMPS
 import pytest
 
 from broker.testing.process import BrokerProcess
-from tests.e2e.test_e2e_held_writes import Numbers
+from tests.e2e.test_e2e_held_writes import subscribed
 
 STREAMS = 5
 BURSTS = 100
@@ -32,9 +32,7 @@ def test_a_streams_tail_arrives_with_nothing_after_it(tmp_path: Path,
     at a time, each delivered before the next is sent."""
     broker = BrokerProcess.from_xml(tmp_path).start()
     try:
-        subs = [Numbers() for _ in range(2)]
-        for k, got in enumerate(subs):
-            client_factory(broker.uri, f"gather-sub-{k}").subscribe(got, "gather", timeout=5000)
+        subs = subscribed(client_factory, broker.uri, "gather", 2)
         pub = client_factory(broker.uri, "gather-pub")
         i = 0
         for stream in range(STREAMS):

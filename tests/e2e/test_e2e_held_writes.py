@@ -40,6 +40,15 @@ class Numbers:
             return list(self.items)
 
 
+def subscribed(client_factory: Callable[..., AMPS.Client], uri: str, topic: str, count: int) -> list[Numbers]:
+    """``count`` subscribers to ``topic``, each an official client of its own (``<topic>-sub-<k>``) counting what it
+    gets with a :class:`Numbers`."""
+    subs = [Numbers() for _ in range(count)]
+    for k, got in enumerate(subs):
+        client_factory(uri, f"{topic}-sub-{k}").subscribe(got, topic, timeout=5000)
+    return subs
+
+
 @pytest.mark.timeout(240)
 def test_bursts_each_ended_by_a_flush_deliver_everything(tmp_path: Path,
                                                         client_factory: Callable[..., AMPS.Client]) -> None:
@@ -50,9 +59,7 @@ def test_bursts_each_ended_by_a_flush_deliver_everything(tmp_path: Path,
     command this failed in 2 of 4 runs; the test with frames by hand below fails every time.)"""
     broker = BrokerProcess.from_xml(tmp_path).start()
     try:
-        subs = [Numbers() for _ in range(3)]
-        for k, got in enumerate(subs):
-            client_factory(broker.uri, f"held-sub-{k}").subscribe(got, "held", timeout=5000)
+        subs = subscribed(client_factory, broker.uri, "held", 3)
         pub = client_factory(broker.uri, "held-pub")
         i = 0
         for burst in range(BURSTS):
@@ -97,8 +104,7 @@ def test_a_command_read_while_writes_are_held_goes_out_after_them(tmp_path: Path
     broker = BrokerProcess.from_xml(tmp_path).start()
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
     try:
-        got = Numbers()
-        client_factory(broker.uri, "raw-held-sub").subscribe(got, "raw-held", timeout=5000)
+        [got] = subscribed(client_factory, broker.uri, "raw-held", 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = bytearray()
         sock.sendall(_frame({"c": "logon", "cid": "L", "client_name": "raw-held-pub", "a": "processed",
@@ -125,8 +131,7 @@ def test_a_lone_message_is_delivered_without_waiting_for_more(tmp_path: Path,
     is held; this checks it is not left waiting for a next message)."""
     broker = BrokerProcess.from_xml(tmp_path).start()
     try:
-        got = Numbers()
-        client_factory(broker.uri, "lone-sub").subscribe(got, "lone", timeout=5000)
+        [got] = subscribed(client_factory, broker.uri, "lone", 1)
         pub = client_factory(broker.uri, "lone-pub")
         for i in range(20):
             pub.publish("lone", json.dumps({"i": i}))
