@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 #: x86-64 system call numbers the loop is seen in (``/proc/.../syscall`` gives the number).
 SYSCALLS = {
@@ -117,10 +118,12 @@ def _clock(at: float) -> str:
     return datetime.datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3]
 
 
-def report(sampler: Sampler, events: list[tuple[float, str]] | None, out: object = sys.stdout) -> None:
-    """Print each wait, what LevelDB did meanwhile, and the totals per system call."""
+def report(sampler: Sampler, events: list[tuple[float, str]] | None, out: TextIO | None = None) -> None:
+    """Print each wait, what LevelDB did meanwhile, and the totals per system call (to ``out``, else stdout)."""
+    stream = out if out is not None else sys.stdout
+
     def say(text: str) -> None:
-        print(text, file=out)  # type: ignore[arg-type]
+        print(text, file=stream)
 
     say(f"{sampler.samples:,} samples; waits of {sampler.min_ms:g} ms or more outside epoll: {len(sampler.waits)}")
     totals: dict[str, list[float]] = defaultdict(list)
