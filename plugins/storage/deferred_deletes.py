@@ -12,7 +12,8 @@ several times a minute, at 10k updates/s over 1M records. Those stalls were W3's
 LevelDB's own delete of a held file only drops one link, which is instant. The thread's next pass sees the
 file gone from the database directory and unlinks its own link, which frees the data, holding neither
 LevelDB's mutex nor the GIL. One thread serves every database of the process. It runs at LevelDB's background
-thread's priority (``step`` below the event loop), like the compactions whose files it frees.
+thread's priority (the ``nice_step`` the engine passes to :meth:`DeferredDeletes.hold`, below the event loop's),
+like the compactions whose files it frees.
 
 **Bounds.** An obsolete file's space returns at most one pass after LevelDB dropped it (plus the unlink). A
 file made and deleted between two passes is not held; LevelDB then deletes it under its mutex as before. On a
