@@ -16,8 +16,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "custom_ac
 class TestAppendLineConformance(StepConformance):
     plugin = EXAMPLE
     name = "audit-append-line"
-    options = {"File": "/tmp/broker-test-audit-conformance.log", "Line": "{{AMPS_INSTANCE_NAME}} ran"}
+    options = {"File": "set per test by _log_in_tmp_path", "Line": "{{AMPS_INSTANCE_NAME}} ran"}
     failing_options = {"File": "/nonexistent-dir/audit.log", "Line": "x"}
+
+    @pytest.fixture(autouse=True)
+    def _log_in_tmp_path(self, tmp_path: Path) -> None:
+        """Each test appends to a file of its own (two runs at once never share one)."""
+        self.options = {**self.options, "File": str(tmp_path / "audit.log")}  # type: ignore[misc]
 
 
 async def test_appends_the_substituted_line(tmp_path: Path) -> None:
