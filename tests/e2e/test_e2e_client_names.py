@@ -8,14 +8,13 @@ not acknowledged and dropped as duplicates.
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 import time
 
 import pytest
 
 from broker.testing.admin import fresh_get
+from tests.e2e.raw_amps import Raw
 
 AMPS = pytest.importorskip("AMPS")
 
@@ -24,46 +23,6 @@ LOGGED = "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"
 
 def _journal(tmp_path) -> str:  # noqa: ANN001 - pytest's tmp_path
     return f"<JournalDirectory>{tmp_path}/journal</JournalDirectory><FlushInterval>10ms</FlushInterval>{LOGGED}"
-
-
-class Raw:
-    """A raw AMPS connection (frames by hand: the official client numbers ``s`` itself)."""
-
-    def __init__(self, port: int, name: str) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed", "mt": "json"})
-        logon = self.ack("L", "processed")
-        assert logon["status"] == "success", logon
-
-    def send(self, header: dict, body: bytes = b"") -> None:
-        payload = json.dumps(header).encode() + body
-        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
-
-    def frames(self):  # noqa: ANN201 - a generator of headers
-        while True:
-            while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack(">I", self.buf[:4])[0]:
-                data = self.sock.recv(65536)
-                if not data:
-                    return
-                self.buf += data
-            size = struct.unpack(">I", self.buf[:4])[0]
-            payload, self.buf = self.buf[4:4 + size], self.buf[4 + size:]
-            header, _ = json.JSONDecoder().raw_decode(payload.decode())
-            yield header
-
-    def ack(self, cid: str, ack_type: str) -> dict:
-        for header in self.frames():
-            if header.get("c") == "ack" and header.get("cid") == cid and header.get("a") == ack_type:
-                return header
-        raise AssertionError(f"connection closed before the {ack_type} ack of {cid}")
-
-    def publish(self, s: int, data: str) -> dict:
-        self.send({"c": "p", "t": "orders", "cid": f"p{s}", "s": s, "a": "persisted"}, data.encode())
-        return self.ack(f"p{s}", "persisted")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_a_second_logon_with_the_same_name_disconnects_the_first(broker_factory, client_factory) -> None:

@@ -6,8 +6,6 @@ bound), and every subscriber gets every message once, in order."""
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +15,7 @@ import AMPS
 import pytest
 
 from broker.testing.process import BrokerProcess
+from tests.e2e.raw_amps import Raw, frame
 
 BURSTS = 400
 PER_BURST = 50
@@ -74,26 +73,6 @@ def test_bursts_each_ended_by_a_flush_deliver_everything(tmp_path: Path,
     assert "Traceback" not in broker.log()
 
 
-def _frame(header: dict, body: bytes = b"") -> bytes:
-    payload = json.dumps(header).encode() + body
-    return struct.pack(">I", len(payload)) + payload
-
-
-def _ack(sock: socket.socket, buf: bytearray, cid: str) -> dict:
-    """The next frame from the broker that is the ack of ``cid`` (a socket timeout fails the test)."""
-    while True:
-        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-            data = sock.recv(65536)
-            assert data, f"connection closed before the ack of {cid}"
-            buf += data
-        size = struct.unpack(">I", buf[:4])[0]
-        payload = bytes(buf[4:4 + size])
-        del buf[:4 + size]
-        header, _ = json.JSONDecoder().raw_decode(payload.decode())
-        if header.get("c") == "ack" and header.get("cid") == cid:
-            return header
-
-
 @pytest.mark.timeout(240)
 def test_a_command_read_while_writes_are_held_goes_out_after_them(tmp_path: Path,
                                                                  client_factory: Callable[..., AMPS.Client]) -> None:
@@ -102,24 +81,21 @@ def test_a_command_read_while_writes_are_held_goes_out_after_them(tmp_path: Path
     while the publishes' writes are held. The flush's ack must come back, after the subscriber's deliveries.
     (Without the write before a command, this failed in 4 runs of 4, at its first bursts.)"""
     broker = BrokerProcess.from_xml(tmp_path).start()
-    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+    raw = None
     try:
         [got] = subscribed(client_factory, broker.uri, "raw-held", 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = bytearray()
-        sock.sendall(_frame({"c": "logon", "cid": "L", "client_name": "raw-held-pub", "a": "processed",
-                             "mt": "json"}))
-        assert _ack(sock, buf, "L")["status"] == "success"
+        raw = Raw(broker.port, "raw-held-pub", timeout=5, nodelay=True)
         i = 0
         for burst in range(300):
-            run = b"".join(_frame({"c": "p", "t": "raw-held"}, json.dumps({"i": i + k}).encode()) for k in range(5))
+            run = b"".join(frame({"c": "p", "t": "raw-held"}, json.dumps({"i": i + k}).encode()) for k in range(5))
             i += 5
-            sock.sendall(run)
-            sock.sendall(_frame({"c": "flush", "cid": f"F{burst}", "a": "processed"}))
-            assert _ack(sock, buf, f"F{burst}")["status"] == "success"  # a socket timeout if it is held
+            raw.send_bytes(run)
+            raw.send({"c": "flush", "cid": f"F{burst}", "a": "processed"})
+            assert raw.ack(f"F{burst}")["status"] == "success"  # a socket timeout if it is held
             assert got.wait(i, timeout=10) == list(range(i)), f"burst {burst}"
     finally:
-        sock.close()
+        if raw is not None:
+            raw.close()
         broker.stop()
     assert "Traceback" not in broker.log()
 
