@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["HOLD_DIR", "INTERVAL", "DeferredDeletes", "Held"]
@@ -44,6 +45,9 @@ HOLD_DIR = "deferred-deletes"
 INTERVAL = 0.1
 #: The files LevelDB deletes when they become obsolete: tables and write-ahead logs.
 _DELETABLE = re.compile(r"^[0-9]+\.(?:ldb|sst|log)$")
+#: A database directory unchanged since a listing made this long (ns) after its last change is not listed again:
+#: file times come from a coarse clock, so a change within that much of a listing could leave the time as it was.
+_SETTLED_NS = 50_000_000
 
 
 class Held:
@@ -64,16 +68,27 @@ class Held:
         self.freed_bytes = 0
         self.closed = False
         self.lock = threading.Lock()
+        #: The directory's modification time at the last listing, when it was settled then (see :meth:`sweep`).
+        self._listed_mtime: int | None = None
+        #: Passes that listed the directory (the others found it unchanged).
+        self.listings = 0
 
     def sweep(self) -> None:
-        """One pass: free the links of files LevelDB deleted, link the files it made."""
+        """One pass: free the links of files LevelDB deleted, link the files it made. A directory unchanged since
+        a listing is not listed again (an idle database costs one ``stat`` a pass; only the listing holds the
+        GIL for long)."""
         with self.lock:
             if self.closed:
                 return
             try:
-                present = {e.name for e in os.scandir(self.path) if _DELETABLE.match(e.name)}
+                mtime = os.stat(self.path).st_mtime_ns
+                if mtime == self._listed_mtime:
+                    return  # nothing made or deleted since the last listing
+                present = {name for name in os.listdir(self.path) if _DELETABLE.match(name)}
             except OSError:
                 return  # the directory went away (a test's temporary directory): nothing to hold
+            self.listings += 1
+            self._listed_mtime = mtime if time.time_ns() - mtime > _SETTLED_NS else None
             for name in self.names - present:
                 self._free(name)
             for name in present - self.names:

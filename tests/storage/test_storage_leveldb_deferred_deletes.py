@@ -147,3 +147,27 @@ def test_the_thread_runs_below_the_event_loop(tmp_path: Path) -> None:
             19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + BACKGROUND_NICE)
     finally:
         store.close()
+
+
+def test_an_unchanged_directory_is_not_listed_again_and_a_change_is_seen(tmp_path: Path) -> None:
+    """An idle database costs the thread a ``stat`` a pass; a file made or deleted later is still held or freed."""
+    db = tmp_path / "orders.sow"
+    db.mkdir()
+    (db / "000005.ldb").write_bytes(b"t" * 1000)
+    (db / HOLD_DIR).mkdir()
+    held = deferred_deletes.Held(str(db))
+    held.sweep()
+    assert held.names == {"000005.ldb"} and held.listings == 1
+    time.sleep(0.1)  # past the coarse file clock's margin: this listing settles the directory's time
+    held.sweep()
+    assert held.listings == 2
+    for _ in range(3):
+        held.sweep()
+    assert held.listings == 2  # unchanged: not listed
+    (db / "000007.log").write_bytes(b"l" * 100)
+    (db / "000005.ldb").unlink()  # LevelDB deleting a table: our link is the last one
+    held.sweep()
+    assert held.listings == 3
+    assert held.names == {"000007.log"} and held.freed == 1 and held.freed_bytes == 1000
+    assert not (db / HOLD_DIR / "000005.ldb").exists() and (db / HOLD_DIR / "000007.log").exists()
+    held._release()
