@@ -3,16 +3,13 @@ and writes one frame per publish). Imported as ``tests.e2e.raw_amps``."""
 
 from __future__ import annotations
 
-import json
 import socket
-import struct
 from collections.abc import Iterator
 
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 
-def frame(header: dict, body: bytes = b"") -> bytes:
-    """One AMPS frame: a 4-byte big-endian length, the JSON header, the body."""
-    payload = json.dumps(header).encode() + body
-    return struct.pack(">I", len(payload)) + payload
+#: One AMPS frame from a header (wire keys such as ``c``, ``t``, ``cid``) and a body.
+frame = encode_frame
 
 
 class Raw:
@@ -29,7 +26,7 @@ class Raw:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         if nodelay:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
+        self.conn = Connection()
         self.send({"c": "logon", "cid": "L", "client_name": name, "a": "processed", "mt": "json"})
         logon = self.ack("L", "processed")
         assert logon["status"] == "success", logon
@@ -43,22 +40,22 @@ class Raw:
         self.sock.sendall(data)
 
     def frames(self) -> Iterator[dict]:
-        """The headers of the frames the broker sends, until it closes the connection."""
+        """The headers of the frames the broker sends (canonical field names: ``command``, ``cmd_id``,
+        ``ack_type``, ``status``), until it closes the connection."""
         while True:
-            while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack(">I", self.buf[:4])[0]:
-                data = self.sock.recv(65536)
-                if not data:
-                    return
-                self.buf += data
-            size = struct.unpack(">I", self.buf[:4])[0]
-            payload, self.buf = self.buf[4:4 + size], self.buf[4 + size:]
-            header, _ = json.JSONDecoder().raw_decode(payload.decode())
-            yield header
+            event = self.conn.next_event()
+            if event is CLOSED:
+                return
+            if event is NEED_DATA:
+                self.conn.receive_data(self.sock.recv(65536))  # b"" at the end: the next event is CLOSED
+                continue
+            yield dict(event.header.fields())
 
     def ack(self, cid: str, ack_type: str | None = None) -> dict:
         """The next ack of ``cid`` (of ``ack_type``, when given); frames before it are skipped."""
         for header in self.frames():
-            if header.get("c") == "ack" and header.get("cid") == cid and ack_type in (None, header.get("a")):
+            if header.get("command") == "ack" and header.get("cmd_id") == cid and ack_type in (
+                    None, header.get("ack_type")):
                 return header
         raise AssertionError(f"connection closed before the {ack_type or ''} ack of {cid}")
 
