@@ -35,6 +35,8 @@ import threading
 import time
 from pathlib import Path
 
+from broker_plugins.storage.niceness import lower_below_loop
+
 __all__ = ["HOLD_DIR", "INTERVAL", "DeferredDeletes", "Held"]
 
 log = logging.getLogger("broker.sow")
@@ -163,8 +165,6 @@ class DeferredDeletes:
     _held: list[Held] = []
     _thread: threading.Thread | None = None
     _wake = threading.Event()
-    #: Niceness added to the event loop's for the thread (the engine passes its background thread's).
-    nice_step = 0
 
     @classmethod
     def hold(cls, path: str | Path, nice_step: int = 0) -> Held | None:
@@ -183,9 +183,11 @@ class DeferredDeletes:
         with cls._lock:
             cls._held.append(held)
             if cls._thread is None or not cls._thread.is_alive():
-                cls.nice_step = nice_step
                 cls._thread = threading.Thread(target=cls._run, name="leveldb-deferred-deletes", daemon=True)
                 cls._thread.start()
+                if cls._thread.native_id is not None:
+                    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not POSIX
+                        lower_below_loop(cls._thread.native_id, nice_step)
         return held
 
     @classmethod
@@ -204,12 +206,6 @@ class DeferredDeletes:
     def _run(cls) -> None:
         # Only the directory listing holds the GIL (a fraction of a millisecond a pass); the unlinks, which
         # take the time, release it. So a niced thread descheduled while holding it rarely delays the loop.
-        try:
-            me = threading.get_native_id()
-            loop_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
-            os.setpriority(os.PRIO_PROCESS, me, min(19, loop_nice + cls.nice_step))
-        except (OSError, AttributeError):  # AttributeError: not POSIX
-            pass
         while True:
             cls._wake.wait(INTERVAL)
             cls._wake.clear()

@@ -84,6 +84,7 @@ from broker.errors import StorageError
 from broker.options import Option, OptionSet, boolean, choice, integer, size
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 from broker_plugins.storage.deferred_deletes import DeferredDeletes, Held
+from broker_plugins.storage.niceness import lower_below_loop
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
@@ -156,9 +157,7 @@ def lower_background_priority(step: int = BACKGROUND_NICE) -> int | None:
                           len(found))
                 return None
             (tid,) = found
-            loop_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the main thread: the event loop
-            nice = min(19, max(os.getpriority(os.PRIO_PROCESS, tid), loop_nice + step))
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            nice = lower_below_loop(tid, step)
         except (OSError, plyvel.Error, AttributeError) as exc:  # AttributeError: no os.setpriority (not POSIX)
             log.debug("LevelDB's background thread keeps its priority: %s", exc)
             return None
