@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.messages import doc
-from broker.engine.fanout import OneByOne
+from broker.testing.clients import RecordingClient
 
 CONFIG = """<AMPSConfig><Name>bench-cache</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -38,18 +38,7 @@ CONFIG = """<AMPSConfig><Name>bench-cache</Name>
 BATCH = 250
 
 
-class _Client(OneByOne):
-    name = "bench-cache"
-    name_hash = 1
-
-    def __init__(self, broker: Any) -> None:
-        self.message_type = broker.message_type("json")
-
-    def send_publish(self, *args: Any, **kwargs: Any) -> None:  # no subscriber: never called
-        pass
-
-
-def _publish(broker: Any, client: _Client, ids: list[int]) -> float:
+def _publish(broker: Any, client: RecordingClient, ids: list[int]) -> float:
     engine = broker.engine
     t0 = time.perf_counter()
     for start in range(0, len(ids), BATCH):
@@ -76,7 +65,7 @@ def _case(label: str, loads: list[int], measured: list[int]) -> dict[str, Any]:
         os.chdir(work)
         try:
             broker = Broker(load_config(work / "config.xml"))
-            client = _Client(broker)
+            client = RecordingClient(broker.message_type("json"), "bench-cache")  # no subscriber: sent nothing
             storage = broker.engine.sow_topics["t"].storage
             if loads:
                 _publish(broker, client, loads)

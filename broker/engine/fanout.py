@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from broker import speedups
+from broker.engine.delivery import Client, deliver, deliver_batch, deliver_templates
 from broker.engine.publish import DUPLICATE
 from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
 from broker.errors import BrokerError
@@ -25,38 +26,6 @@ if TYPE_CHECKING:
     from broker.engine.publish import PublishMessage, RunMessage
     from broker.sow.record import SowRecord
     from broker.sow.topic import SowTopic
-
-
-class Client(Protocol):
-    """What the engine needs from a connected client (a :class:`broker.server.session.Session`)."""
-
-    name: str
-    message_type: Any
-
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
-                     x: str | None, command: str = "p", reason: str | None = None) -> None: ...
-
-    def send_batch(self, batch: DeliveryBatch, sids: str) -> None:
-        """Deliver every message of ``batch`` whole to this client's subscriptions ``sids``, in order."""
-
-    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
-        """Deliver each ``(message, sids)`` whole, in order (a run's messages that reached the client)."""
-
-
-class OneByOne:
-    """For a client that takes deliveries one message at a time (test doubles, tools): its :meth:`send_batch`
-    hands each message of the batch to its ``send_publish``."""
-
-    def send_batch(self, batch: DeliveryBatch, sids: str) -> None:
-        """Each message of ``batch``, in order, to ``send_publish``."""
-        for body, bm, k, x in batch.messages:
-            self.send_publish(batch.topic, sids, body, bm, k, x)  # type: ignore[attr-defined]
-
-    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
-        """Each message, in order, to ``send_publish``."""
-        for template, sids in deliveries:
-            topic, body, bm, k, x = template.message
-            self.send_publish(topic, sids, body, bm, k, x)  # type: ignore[attr-defined]
 
 
 class FanOut:
@@ -103,7 +72,7 @@ class FanOut:
         if plain:
             batch = DeliveryBatch(topic, items)
             for target, sids in plain:
-                target.send_batch(batch, sids)
+                deliver_batch(target, batch, sids)
             delivered = len(plain) * len(items)
             if self.latency is not None:
                 self.latency.observe((time.time_ns() - now_ns) / 1e9, delivered)
@@ -127,7 +96,7 @@ class FanOut:
             for one in run:
                 results[one.index] = one.sequence
             for client, sids in plain:
-                client.send_batch(batch, sids)
+                deliver_batch(client, batch, sids)
             delivered = clients = len(plain) * len(run)
             if self.latency is not None:
                 self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
@@ -147,7 +116,7 @@ class FanOut:
             if plain is not None:
                 x = one.x or None
                 for client, sids in plain:
-                    client.send_publish(topic, sids, one.body, one.bm, one.key, x)
+                    deliver(client, topic, sids, one.body, one.bm, one.key, x)
                 delivered += len(plain)
                 clients += len(plain)
             elif candidates:
@@ -162,7 +131,7 @@ class FanOut:
                 clients += paged
         if pending:
             for client, deliveries in pending.items():
-                client.send_templates(deliveries)
+                deliver_templates(client, deliveries)
         if clients and self.latency is not None:  # one clock read per run: every client was served just now
             self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
         self.counters.messages_delivered += delivered
@@ -222,7 +191,7 @@ class FanOut:
                 _other_sids(others, sub.client).oofs.append(sub.sub_id)
         if pending is None:
             for client, sids in pubs.items():
-                client.send_publish(topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
+                deliver(client, topic, sids[0] if len(sids) == 1 else ",".join(sids), body, bm, key, x)
         elif pubs:
             template = DeliveryTemplate("p", topic, body, bm=bm or None, k=key or None, x=x or None)
             for client, sids in pubs.items():
@@ -236,14 +205,14 @@ class FanOut:
         if others:
             for client, other in others.items():
                 if pending and client in pending:  # in order: its earlier messages first
-                    client.send_templates(pending.pop(client))
+                    deliver_templates(client, pending.pop(client))
                 if other.deltas:
                     assert sow is not None and previous is not None
                     diff = sow.message_type.diff(previous.data, body, sow.key_fields)
-                    client.send_publish(topic, ",".join(other.deltas), diff, bm, key, x)
+                    deliver(client, topic, ",".join(other.deltas), diff, bm, key, x)
                     delivered += 1
                 if other.oofs:
-                    client.send_publish(topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
+                    deliver(client, topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
                     self.counters.oof.match += len(other.oofs)
             clients += sum(1 for c in others if c not in pubs)
         return delivered, clients
@@ -270,8 +239,8 @@ class FanOut:
                         continue
                     targets.setdefault(sub.client, []).append(sub.sub_id)
             for client, sids in targets.items():
-                client.send_publish(sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
-                                    rec.correlation_id or None, command="oof", reason=reason)
+                deliver(client, sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
+                        rec.correlation_id or None, command="oof", reason=reason)
                 self.counters.oof.add(reason, len(sids))
 
 

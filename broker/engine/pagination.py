@@ -35,6 +35,7 @@ from itertools import islice
 from typing import Any
 
 from broker.engine.counters import OofCounts
+from broker.engine.delivery import deliver
 from broker.errors import BrokerError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
@@ -350,26 +351,26 @@ def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecor
         body = record.data
         if sub.delta and key in old_set and previous is not None:
             body = topic.message_type.diff(previous.data, record.data, topic.key_fields)
-        client.send_publish(name, sub.sub_id, body, record.bookmark or None, key, record.correlation_id or None)
+        deliver(client, name, sub.sub_id, body, record.bookmark or None, key, record.correlation_id or None)
         sent += 1
     elif key in old_set and sub.oof:
         gone = record if record is not None else previous
         why = "match" if record is not None else reason
         if gone is not None:
-            client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, key,
-                                gone.correlation_id or None, command="oof", reason=why)
+            deliver(client, name, sub.sub_id, gone.data, gone.bookmark or None, key,
+                    gone.correlation_id or None, command="oof", reason=why)
             oof_counts.add(why)
             sent += 1
     if sub.oof:
         for k in old_keys:
             if k not in new_set and k != key and (rec := lookup(k)) is not None:
-                client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k,
-                                    rec.correlation_id or None, command="oof", reason="match")
+                deliver(client, name, sub.sub_id, rec.data, rec.bookmark or None, k,
+                        rec.correlation_id or None, command="oof", reason="match")
                 oof_counts.match += 1
                 sent += 1
     for k in new_keys:
         if k not in old_set and k != key and (rec := lookup(k)) is not None:
-            client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
+            deliver(client, name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
             sent += 1
     return sent
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.engine.counters import OofCounts
+from broker.engine.delivery import deliver
 from broker.engine.pagination import ResultSet, Window
 from broker.engine.queries import QueryPlan, parse_options
 from broker.engine.router import Subscription, filter_passes
@@ -85,8 +86,8 @@ class SowStart:
         if self.sub is None:
             return
         for topic, rec in self.oofs:
-            client.send_publish(topic, self.sub.sub_id, rec.data, rec.bookmark or None, rec.key,
-                                rec.correlation_id or None, command="oof", reason="match")
+            deliver(client, topic, self.sub.sub_id, rec.data, rec.bookmark or None, rec.key,
+                    rec.correlation_id or None, command="oof", reason="match")
             oof_counts.match += 1
         self.oofs = []
 

@@ -38,7 +38,3 @@ class BrokerCounters:
     replay_held_peak_bytes: int = 0
     replay_catch_ups: int = 0
     replay_held_offlined: int = 0
-
-    def add(self, name: str, n: int = 1) -> None:
-        """Add ``n`` to the counter called ``name`` (an ``AttributeError`` if there is none)."""
-        setattr(self, name, getattr(self, name) + n)

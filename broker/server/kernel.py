@@ -573,7 +573,8 @@ class Broker:
                 grants = session._entitlements.grants(session.identity)
                 if grants != session.grants:
                     closed += 1
-                    session.close("its entitlements changed", "entitlement_change_disconnects")
+                    if session.close("its entitlements changed"):
+                        self.counters.entitlement_change_disconnects += 1
         summary = "; ".join(lines) or f"no {kind} module reads files"
         if closed:
             summary += f"; {closed} client(s) whose entitlements changed were disconnected"
@@ -765,12 +766,13 @@ class Broker:
                             for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]),
         )
 
-    async def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
-                                 *, delta: bool = False) -> None:
-        """A subscription with a bookmark: replay from the journal, then live (see :mod:`.replay`)."""
+    def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+                           *, delta: bool = False) -> None:
+        """A subscription with a bookmark: replay from the journal (a task of the session's), then live (see
+        :mod:`.replay`)."""
         from broker.server.replay import start_bookmark_subscription
 
-        await start_bookmark_subscription(self, session, header, acks, delta=delta)
+        start_bookmark_subscription(self, session, header, acks, delta=delta)
 
 
 def _client_row(session: Any, subscriptions: int) -> ClientStats:

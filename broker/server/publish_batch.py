@@ -18,7 +18,7 @@ from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import PERSISTED_ONLY, ack_header, requested_acks
 from broker.engine.publish import DUPLICATE, PublishMessage
 from broker.errors import BrokerError, CommandError
-from broker.protocol import Header
+from broker.protocol import Header, encode_frame
 
 if TYPE_CHECKING:
     from broker.engine.engine import Engine
@@ -89,7 +89,7 @@ class PublishBatch:
     _persist_after: int
 
     if TYPE_CHECKING:
-        def send(self, header: Mapping[str, Any], body: bytes = b"", *, now: bool = False) -> None: ...
+        def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None: ...
 
         def ack(self, request: Mapping[str, Any], acks: frozenset[str], ack_type: str, *,
                 reason: str | None = None, now: bool = False, **extras: Any) -> None: ...
@@ -141,7 +141,7 @@ class PublishBatch:
                 continue
             acks = requested_acks(header)
             if "processed" in acks:
-                self.send(ack_header(header, "processed"))
+                self.emit(encode_frame(ack_header(header, "processed")))
             if "persisted" in acks:
                 if result == DUPLICATE:
                     # A re-send of a record that may be appended but not durable yet: wait for everything.

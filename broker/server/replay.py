@@ -21,10 +21,11 @@ import time
 from collections.abc import Iterator, Mapping
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 
+from broker.engine.delivery import deliver
 from broker.engine.pagination import refresh_window, window_affected
 from broker.engine.queries import historical_time, parse_options
 from broker.engine.router import HeldMessage, Subscription
@@ -219,8 +220,8 @@ class Replay:
         self.running.set()
 
 
-async def start_bookmark_subscription(broker: Broker, session: Any, header: Mapping[str, Any],
-                                      acks: frozenset[str], *, delta: bool = False) -> None:
+def start_bookmark_subscription(broker: Broker, session: Any, header: Mapping[str, Any],
+                                acks: frozenset[str], *, delta: bool = False) -> None:
     """Register a bookmark subscription and start its replay task in the session's nursery.
 
     Raises:
@@ -336,10 +337,10 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             held = []
         for item in held:
             if item.reason:  # an out-of-focus notice held with the live messages (a historical sow_and_subscribe)
-                session.send_publish(item.topic, sub.sub_id, item.body, item.bm, item.key, item.x, command="oof",
-                                     reason=item.reason)
+                deliver(session, item.topic, sub.sub_id, item.body, item.bm, item.key, item.x, command="oof",
+                        reason=item.reason)
                 continue
-            session.send_publish(item.topic, sub.sub_id, item.body, item.bm, item.key, item.x)
+            deliver(session, item.topic, sub.sub_id, item.body, item.bm, item.key, item.x)
             replay.last_bm = item.bm or replay.last_bm
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         if "persisted" in acks:
@@ -380,8 +381,7 @@ async def _send_encoded(broker: Broker, session: Any, replay: Replay, runs: Iter
                 await replay.running.wait()
                 if router.get(session, sub.sub_id) is not sub:
                     return False
-            session.emit(chunk.frames)
-            session.messages_out += chunk.sent
+            session.emit(chunk.frames, messages=chunk.sent)
             replay.sent += chunk.sent
             replay.last_bm = journal.bookmark(chunk.last_sent)
         if chunk.problem is not None:
@@ -406,12 +406,12 @@ async def _send_records(broker: Broker, session: Any, replay: Replay, records: I
             return False
         for rec in chunk:
             replay.read_to = rec.sequence
-            oof: tuple[str, bytes] | None = None
+            oof: Step | None = None
             if historical is not None:
                 step = historical.decide(rec)
                 if step is None:
                     continue
-                oof = step if step[0] else None
+                oof = step if step.oof_reason else None
             elif rec.command not in (Command.PUBLISH, Command.DELTA_PUBLISH) or not sub.topic.matches(rec.topic):
                 continue
             elif sub.filter is not None:
@@ -428,12 +428,12 @@ async def _send_records(broker: Broker, session: Any, replay: Replay, records: I
                 return False
             replay.last_bm = journal.bookmark(rec.sequence)
             if oof is not None:
-                session.send_publish(rec.topic, sub.sub_id, oof[1], replay.last_bm, rec.sow_key.decode() or None,
-                                     None, command="oof", reason=oof[0])
-                broker.engine.counters.oof.add(oof[0])
+                deliver(session, rec.topic, sub.sub_id, oof.last_data, replay.last_bm, rec.sow_key.decode() or None,
+                        None, command="oof", reason=oof.oof_reason)
+                broker.engine.counters.oof.add(oof.oof_reason)
                 continue
-            session.send_publish(rec.topic, sub.sub_id, rec.data, replay.last_bm,
-                                 rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
+            deliver(session, rec.topic, sub.sub_id, rec.data, replay.last_bm,
+                    rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
             replay.sent += 1
         if problem is not None:
             raise problem  # after the good records read before it were sent
@@ -446,6 +446,19 @@ def _parser(broker: Broker, parsers: dict[str, Any], message_type: str) -> Any:
     if mt is None:
         mt = parsers[message_type] = broker.message_type(message_type)
     return mt
+
+
+class Step(NamedTuple):
+    """What a historical replay sends for one journal record (:meth:`HistoricalReplay.decide`)."""
+
+    #: ``""``: the record goes out as a publish; else the reason of the out-of-focus notice sent instead.
+    oof_reason: str
+    #: The notice's data: the record's last state in focus (empty for a publish).
+    last_data: bytes
+
+
+#: Send the record as a publish.
+PUBLISH = Step("", b"")
 
 
 class HistoricalReplay:
@@ -492,29 +505,29 @@ class HistoricalReplay:
                 data = None
         return data
 
-    def decide(self, rec: Record) -> tuple[str, bytes] | None:
-        """For one journal record: ``None`` (nothing to send), ``("", b"")`` (send it as a publish), or
-        ``(oof reason, last data)`` (send an out-of-focus notice)."""
+    def decide(self, rec: Record) -> Step | None:
+        """For one journal record: ``None`` (nothing to send), :data:`PUBLISH` (send it as a publish), or a
+        :class:`Step` with the out-of-focus reason and the last data in focus (send an out-of-focus notice)."""
         bound = self.bounds.get(rec.topic)
         if bound is None or rec.timestamp_ns <= bound:
             return None
         publish = rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH)
         if not self.sub.oof:  # only out-of-focus notices need to know what was in scope
-            return ("", b"") if publish and self._matches(rec.topic, rec.data) else None
+            return PUBLISH if publish and self._matches(rec.topic, rec.data) else None
         key = rec.sow_key.decode()
         slot = (rec.topic, key)
         if publish:
             if self._matches(rec.topic, rec.data):
                 self.focus[slot] = rec.data
-                return ("", b"")
+                return PUBLISH
             was = self._in_focus(rec.topic, key)
             self.focus[slot] = None
-            return ("match", was) if was is not None else None
+            return Step("match", was) if was is not None else None
         was = self._in_focus(rec.topic, key)
         self.focus[slot] = None
         if was is None:
             return None
-        return ("expired" if rec.command == Command.EXPIRE else "deleted", was)
+        return Step("expired" if rec.command == Command.EXPIRE else "deleted", was)
 
     def close(self) -> None:
         """Release the snapshots."""
@@ -566,8 +579,8 @@ def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks
         broker.engine.unsubscribe(session, sub.sub_id)
         # An out-of-focus notice routed to the subscription's handler (the client hands `oof` with `sids` to it
         # whether or not the subscription asked for OOF), with the reason; then the completed ack as a failure.
-        session.send_publish(header.get("topic") or "", sub.sub_id, b"", last_bm, None, None,
-                             command="oof", reason=text)
+        deliver(session, header.get("topic") or "", sub.sub_id, b"", last_bm, None, None,
+                command="oof", reason=text)
         session.ack(header, acks, "completed", sub_id=sub.sub_id, reason=REPLAY_FAILED)
 
 
@@ -719,11 +732,11 @@ class HistoricalPages:
         if sub.oof:  # the private window followed every change, so these differ only on ties: reconcile
             for k in self.window.keys:
                 if k not in theirs and (gone := self.lookup(k)) is not None:
-                    client.send_publish(name, sub.sub_id, gone.data, gone.bookmark or None, k,
-                                        gone.correlation_id or None, command="oof", reason="match")
+                    deliver(client, name, sub.sub_id, gone.data, gone.bookmark or None, k,
+                            gone.correlation_id or None, command="oof", reason="match")
         for k in live.keys:
             if k not in mine and (rec := self.topic.get(k)) is not None:
-                client.send_publish(name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
+                deliver(client, name, sub.sub_id, rec.data, rec.bookmark or None, k, rec.correlation_id or None)
         live.sub = sub
         engine.router.paginate(sub, live)
 

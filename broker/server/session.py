@@ -28,15 +28,7 @@ from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
-from broker.protocol import (
-    CLOSED,
-    NEED_DATA,
-    Connection,
-    DeliveryBatch,
-    DeliveryTemplate,
-    encode_frame,
-    encode_sow_records,
-)
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_sow_records
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
@@ -74,11 +66,6 @@ QUERY_FRAME_RECORDS = 250
 #: Records a ``sow_delete`` by filter checks and deletes in one loop step (each costs a read, a parse, the
 #: filter, the delete, a journal record and its OOF notices: about 10 us).
 QUERY_DELETE_STEP = 1000
-
-#: The last delivery's values and its encoded header (see :meth:`Session.send_publish`).
-_template_key: tuple[Any, ...] = ()
-_template: DeliveryTemplate | None = None
-
 
 #: Epoch second -> ``YYYYmmddTHHMMSS`` (UTC).
 _second_text: Memo[int, str] = Memo(lambda secs: time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)), 4096)
@@ -146,18 +133,19 @@ class Session(PublishBatch):
         self._refused: dict[str, int] = {}
 
     # -- outbound ------------------------------------------------------------------------------------
-    def send(self, header: Mapping[str, Any], body: bytes = b"", *, now: bool = False) -> None:
-        """Encode one frame and :meth:`emit` it."""
-        self.emit(encode_frame(header, body), now=now)
+    def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None:
+        """Queue encoded frames for this client: the one way out of the session.
 
-    def emit(self, frame: bytes, *, now: bool = False) -> None:
-        """Queue one encoded frame for this client: the one way out of the session.
+        Everything a client is sent comes through here: the engine's deliveries (formatted by
+        :mod:`broker.engine.delivery`, ``messages`` of them in ``frame``), query results, replayed
+        messages, acks (:meth:`ack`) and heartbeats. ``messages`` counts toward the client's messages out.
 
         While a query streams its results, live messages are held back until it ends (no gap, no
         reordering); ``now`` puts the frame ahead of them (the query's results, its acks and group
         frames). A client past its outbound bound is offlined as slow; past the broker-wide budget, the
         largest consumers are shed.
         """
+        self.messages_out += messages
         if self._held is not None and not now:
             self._hold(frame)
             return
@@ -168,40 +156,10 @@ class Session(PublishBatch):
             elif outbound.budget.over:
                 self.broker.shed_consumers()
 
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
-                     x: str | None, command: str = "p", reason: str | None = None) -> None:
-        """Deliver a message (or an out-of-focus notice) to this client's subscriptions ``sids``.
-
-        The engine hands one message to every client it reaches in turn, so the header, the same for
-        all of them but for ``sids``, is encoded once (:class:`DeliveryTemplate`) and reused.
-        """
-        global _template_key, _template
-        if command == "oof" and self.grants is not None and body:
-            body, reason = self._oof_entitled(topic, body, reason)
-        key = (body, topic, command, bm, k, x, reason)
-        if key != _template_key:
-            _template = DeliveryTemplate("oof" if command == "oof" else "p", topic, body,
-                                         reason=(reason or "match") if command == "oof" else None,
-                                         bm=bm or None, k=k or None, x=x or None)
-            _template_key = key
-        self.messages_out += 1
-        self.emit(_template.frame(sids))
-
-    def send_batch(self, batch: DeliveryBatch, sids: str) -> None:
-        """Deliver every message of ``batch`` whole to this client's subscriptions ``sids``: their frames are
-        queued in one step (the engine's fan-out of a run of one topic; :class:`DeliveryBatch`)."""
-        self.messages_out += len(batch)
-        self.emit(batch.frames(sids))
-
-    def send_templates(self, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
-        """Deliver each ``(message, sids)`` whole, in order, queued in one step (the messages of a run that
-        reached this client through per-message decisions: filters)."""
-        self.messages_out += len(deliveries)
-        self.emit(b"".join([template.frame(sids) for template, sids in deliveries]))
-
-    def _oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
+    def oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
         """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out
-        without the data and with reason ``entitlement`` (AMPS's), so the state it may not see never leaks."""
+        without the data and with reason ``entitlement`` (AMPS's), so the state it may not see never leaks
+        (asked by :func:`broker.engine.delivery.deliver` when the client has entitlements)."""
         text = self.grants.read_filter(topic)
         if text is None:
             return body, reason
@@ -255,10 +213,9 @@ class Session(PublishBatch):
 
     def ack(self, request: Mapping[str, Any], acks: frozenset[str], ack_type: str, *,
             reason: str | None = None, now: bool = False, **extras: Any) -> None:
-        """Send ``ack_type`` if the request asked for it."""
+        """:meth:`emit` the ``ack_type`` ack if the request asked for it."""
         if ack_type in acks:
-            h = ack_header(request, ack_type, reason=reason, **extras)
-            self.send(h, now=now)
+            self.emit(encode_frame(ack_header(request, ack_type, reason=reason, **extras)), now=now)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -295,20 +252,19 @@ class Session(PublishBatch):
             log.info("%s %s (%s) disconnected%s", self.id, self.name or "-", self.remote,
                      f": {self.closed_reason}" if self.closed_reason else "")
 
-    def close(self, reason: str, counter: str | None = None) -> None:
+    def close(self, reason: str) -> bool:
         """Disconnect this client (its tasks are cancelled; ``run`` cleans up), giving ``reason`` in the log.
 
-        Args:
-            reason: Why, for the disconnect log line.
-            counter: The :class:`~broker.server.counters.BrokerCounters` field to count the disconnect in.
+        Returns:
+            Whether this call closed it (``False``: it was closing already), so a caller counts each
+            disconnect once under its own :class:`~broker.server.counters.BrokerCounters` field.
         """
         if self.closed_reason:
-            return
+            return False
         self.closed_reason = reason
-        if counter is not None:
-            self.broker.counters.add(counter)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+        return True
 
     async def _logon_deadline(self, seconds: float) -> None:
         """Close the connection if it has not logged on ``seconds`` after connecting (``<LogonTimeout>``)."""
@@ -316,7 +272,8 @@ class Session(PublishBatch):
         if not self.logged_on:
             log.warning("%s (%s) closed: no logon within %gs of connecting (the Transport's <LogonTimeout>)",
                         self.id, self.remote, seconds)
-            self.close(f"no logon within {seconds:g}s", "logon_timeouts")
+            if self.close(f"no logon within {seconds:g}s"):
+                self.broker.counters.logon_timeouts += 1
 
     async def _idle_deadline(self, seconds: float) -> None:
         """Close the connection once nothing arrived from it for ``seconds`` (``<IdleTimeout>``).
@@ -329,7 +286,8 @@ class Session(PublishBatch):
             if quiet >= seconds:
                 log.warning("%s %s (%s) closed: nothing received for %gs (the Transport's <IdleTimeout>)",
                             self.id, self.name or "-", self.remote, seconds)
-                self.close(f"idle for {seconds:g}s", "idle_timeouts")
+                if self.close(f"idle for {seconds:g}s"):
+                    self.broker.counters.idle_timeouts += 1
                 return
             await trio.sleep(seconds - quiet)
 
@@ -519,7 +477,10 @@ class Session(PublishBatch):
         self.broker.counters.commands_failed += 1
         refused = REFUSED_REASONS.get(exc.reason) if command in PLAIN_PUBLISH or command == "sow_delete" else None
         if refused is not None:
-            self.broker.counters.add(f"publishes_refused_{refused}")
+            if refused == "journal":
+                self.broker.counters.publishes_refused_journal += 1
+            else:
+                self.broker.counters.publishes_refused_storage += 1
             _refusal_log(refused, self, command, exc)
         elif isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
@@ -646,9 +607,9 @@ class Session(PublishBatch):
                                      reason=reason[:300])
         self.broker.counters.commands_failed += 1
         self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
-        if self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS:
-            self.close("logon refused" if self.logged_on else f"{self.logons_refused} logons refused",
-                       "logons_refused_disconnects")
+        if (self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS) and self.close(
+                "logon refused" if self.logged_on else f"{self.logons_refused} logons refused"):
+            self.broker.counters.logons_refused_disconnects += 1
 
     def _accept_logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
         if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
@@ -666,17 +627,17 @@ class Session(PublishBatch):
             # de-duplication and bookmark state.
             log.warning("%s (%s) logged on as %s, already used by %s (%s): disconnecting %s", self.id,
                         self.remote, self.name, previous.id, previous.remote, previous.id)
-            previous.close(f"client name {self.name!r} logged on again by {self.id} ({self.remote})",
-                           "duplicate_name_disconnects")
+            if previous.close(f"client name {self.name!r} logged on again by {self.id} ({self.remote})"):
+                self.broker.counters.duplicate_name_disconnects += 1
         last = self.broker.last_persisted(self.name)
         self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
-    async def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+    def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         delta = header.get("command") == "delta_subscribe"
         if header.get("bookmark") or self.broker.replays.get((self, header.get("sub_id") or "")):
-            await self.broker.bookmark_subscribe(self, header, acks, delta=delta)
+            self.broker.bookmark_subscribe(self, header, acks, delta=delta)
             return
         guard = self._readable_unfiltered if self.grants is not None and not self.grants.reads_everything() else None
         sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta,
@@ -715,7 +676,7 @@ class Session(PublishBatch):
             if sub is not None:
                 extras["sub_id"] = sub.sub_id
             self.ack(header, acks, "processed", now=True, **extras)
-            self.send({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
+            self.emit(encode_frame({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id}), now=True)
             outer = {"cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
             watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
             if isinstance(plan, QueryPlan):
@@ -725,7 +686,7 @@ class Session(PublishBatch):
                 returned = plan.returned
             else:
                 returned = await self._sow_on_loop(plan, outer, batch_size, watermark)
-            self.send({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id}, now=True)
+            self.emit(encode_frame({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id}), now=True)
             if begin_replay is not None:
                 begin_replay()
                 begin_replay = cancel_replay = None
@@ -844,7 +805,7 @@ class Session(PublishBatch):
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
                 return
-            self.send({"c": "heartbeat"})
+            self.emit(encode_frame({"c": "heartbeat"}))
 
     async def _flush(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         if "persisted" in acks:
@@ -884,7 +845,8 @@ def _text_field(value: Any) -> str | None:
 #: the GIL, at most.
 FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 
-#: Failure reasons that mean "not written, nothing applied": the counter suffix for each.
+#: Failure reasons that mean "not written, nothing applied": what could not be written (the
+#: ``publishes_refused_*`` counter and the summary log line of each).
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
 #: Seconds between two summary lines about refused publishes of the same kind.
 REFUSAL_LOG_INTERVAL = 10.0
@@ -910,14 +872,14 @@ _HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]
     "p": Session._publish,
     "publish": Session._publish,
     "delta_publish": Session._publish,
+    "subscribe": Session._subscribe,
+    "delta_subscribe": Session._subscribe,
     "unsubscribe": Session._unsubscribe,
     "heartbeat": Session._heartbeat,
 }
-#: Command handlers that may await (a bookmark replay, a streamed query, a scan in slices, a flush).
+#: Command handlers that may await (a streamed query, a scan in slices, a flush).
 _AWAITING_HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]],
                                        Awaitable[None]]] = {
-    "subscribe": Session._subscribe,
-    "delta_subscribe": Session._subscribe,
     "sow": Session._sow,
     "sow_and_subscribe": Session._sow,
     "sow_and_delta_subscribe": Session._sow,

@@ -16,9 +16,9 @@ from broker import hookimpl
 from broker.actions import ActionError, RunContext, Step
 from broker.actions.host import BrokerHost
 from broker.config import load_config
-from broker.engine.fanout import OneByOne
 from broker.plugins import PluginManager
 from broker.server.kernel import Broker
+from broker.testing.clients import Delivered, RecordingClient
 from broker.txlog import Command, JournalWriter, ReplayStart
 
 SOW = """<SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
@@ -85,19 +85,14 @@ def make_broker(tmp_path: Path, actions: str = "", *, admin: bool = False) -> Br
     return Broker(load_config(path), plugins=pm.collect())
 
 
-class Client(OneByOne):
-    """What the engine needs of a connected client; records what it is sent."""
-
-    name = "test-client"
-    name_hash = 7
+class Client(RecordingClient):
+    """What the engine needs of a connected client; records ``(command, topic, body, reason)`` of what it is sent."""
 
     def __init__(self, broker: Broker) -> None:
-        self.message_type = broker.message_type("json")
-        self.sent: list[tuple[str, str, bytes, str | None]] = []
+        super().__init__(broker.message_type("json"), "test-client")
 
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
-                     reason: str | None = None) -> None:
-        self.sent.append((command, topic, body, reason))
+    def record(self, delivered: Delivered) -> None:
+        self.sent.append((delivered.command, delivered.topic, delivered.body, delivered.reason))
 
 
 def publish_orders(broker: Broker, client: Client) -> None:

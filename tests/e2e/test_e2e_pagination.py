@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.config import load_config
-from broker.engine.fanout import OneByOne
 from broker.engine.pagination import SortedEntries
 from broker.engine.sow_subscribe import start_sow
 from broker.server.kernel import Broker
 from broker.sow.record import SowRecord
+from broker.testing.clients import Delivered, RecordingClient
 from broker.testing.process import config_xml
 
 TOPIC = """
@@ -142,17 +142,14 @@ def test_replace_pages_through(rows, client_factory, make_collector) -> None:
 
 
 # -- in process: window state against a from-scratch answer ---------------------------------------------
-class FakeClient(OneByOne):
-    """What the engine needs of a session; records what it was sent."""
+class FakeClient(RecordingClient):
+    """What the engine needs of a session; records ``(command, sids, data)`` of what it was sent."""
 
     def __init__(self, broker: Broker) -> None:
-        self.name = "fake"
-        self.name_hash = 1
-        self.message_type = broker.message_type("json")
-        self.sent: list[tuple[str, str, dict[str, Any]]] = []
+        super().__init__(broker.message_type("json"), "fake")
 
-    def send_publish(self, topic, sids, body, bm, k, x, command="p", reason=None) -> None:  # noqa: ANN001
-        self.sent.append((command, sids, json.loads(body)))
+    def record(self, delivered: Delivered) -> None:
+        self.sent.append((delivered.command, delivered.sids, json.loads(delivered.body)))
 
 
 @pytest.fixture(scope="module")

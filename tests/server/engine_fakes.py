@@ -12,26 +12,22 @@ import pytest
 import trio
 
 from broker.config import load_config
-from broker.engine.fanout import OneByOne
 from broker.errors import StorageError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker
-from broker.txlog.bookmarks import client_name_hash
+from broker.testing.clients import Delivered, RecordingClient
 
 
-class Client(OneByOne):
-    """What the engine needs of a connected client; records ``(command, body, reason)`` of what it is sent."""
-
-    name = "publisher-1"
-    name_hash = client_name_hash("publisher-1")
+class Client(RecordingClient):
+    """What the engine needs of a connected client; records ``(command, body, reason)`` of each frame it is sent
+    (``p`` for a publish)."""
 
     def __init__(self, broker: Broker) -> None:
-        self.message_type = broker.message_type("json")
-        self.sent: list[tuple[str, bytes, str | None]] = []
+        super().__init__(broker.message_type("json"), "publisher-1")
 
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
-                     reason: str | None = None) -> None:
-        self.sent.append((command, body, reason))
+    def record(self, delivered: Delivered) -> None:
+        self.sent.append(("p" if delivered.command == "publish" else delivered.command, delivered.body,
+                          delivered.reason))
 
 
 class FailingWrites:

@@ -19,6 +19,7 @@ from broker import speedups
 from broker.engine import fanout
 from broker.engine.publish import PublishMessage
 from broker.server.kernel import Broker
+from broker.testing.clients import Delivered
 
 CONFIG = """<AMPSConfig><Name>plain-run-test</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -32,9 +33,10 @@ class Recorder(Client):
         super().__init__(broker)
         self.got: list[tuple[Any, ...]] = []
 
-    def send_publish(self, topic: str, sids: str, body: bytes, bm: Any, k: Any, x: Any, command: str = "p",
-                     reason: str | None = None) -> None:
-        self.got.append((command, topic, sids, body, bm or None, k or None, x or None))
+    def record(self, delivered: Delivered) -> None:
+        h = delivered.header
+        self.got.append((delivered.command, delivered.topic, delivered.sids, delivered.body,
+                         h.get("bookmark") or None, h.get("sow_key") or None, h.get("correlation_id") or None))
 
 
 @pytest.fixture(params=["compiled", "pure-python"])
