@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -53,6 +53,7 @@ from broker.actions.interface import (
 from broker.actions.variables import builtin_variables, substitute
 from broker.errors import BrokerError, ConfigError, ConfigIssue
 from broker.options import OptionSet
+from broker.stats.snapshot import ActionOutcomes, ActionStats
 
 __all__ = ["OUTCOMES", "ActionRuntime", "StartedFlag", "run_module"]
 
@@ -90,7 +91,7 @@ class _Action:
     steps: list[_Module]
     fire: Callable[..., Any] = field(init=False, repr=False)
     running_since: float | None = None  # trio time
-    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    outcomes: ActionOutcomes = ActionOutcomes()  # frozen: each count replaces it
     last_start: float | None = None  # epoch seconds
     last_duration: float | None = None
     trigger_failures: int = 0
@@ -146,6 +147,18 @@ def describe(exc: BaseException) -> str:
     """One line for the user: a :class:`~broker.errors.BrokerError`'s message as written, anything else
     (a plugin's bug) with its type (``KeyError: 'File'``)."""
     return str(exc) if isinstance(exc, BrokerError) else f"{type(exc).__name__}: {exc}"
+
+
+def _counted(outcomes: ActionOutcomes, outcome: str) -> ActionOutcomes:
+    """``outcomes`` with one more run of ``outcome`` (``success``, ``failure`` or ``skipped``)."""
+    match outcome:
+        case "success":
+            return replace(outcomes, success=outcomes.success + 1)
+        case "failure":
+            return replace(outcomes, failure=outcomes.failure + 1)
+        case "skipped":
+            return replace(outcomes, skipped=outcomes.skipped + 1)
+    raise ValueError(f"a run's outcome is success, failure or skipped, not {outcome!r}")
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -288,22 +301,22 @@ class ActionRuntime:
                     self.log.error("action %r: trigger %s failed at shutdown: %s", action.name, trigger.name,
                                    exc, exc_info=not isinstance(exc, BrokerError))
 
-    def statistics(self) -> dict[str, dict[str, Any]]:
-        """Per action (by name): ``runs`` (success + failure + skipped), ``failures``, ``outcomes`` (count
-        per outcome, ``busy`` included), ``last_run_start`` (epoch seconds or ``None``),
-        ``last_run_duration`` (seconds or ``None``), ``running``, ``trigger_failures``."""
-        stats: dict[str, dict[str, Any]] = {}
+    def statistics(self) -> dict[str, ActionStats]:
+        """Per action (by name): runs (success + failure + skipped), failures, runs by outcome (``busy``
+        included), the last run's start (epoch seconds) and duration (seconds), whether it is running, and its
+        trigger failures (:class:`~broker.stats.snapshot.ActionStats`)."""
+        stats: dict[str, ActionStats] = {}
         for a in self._actions:
             o = a.outcomes
-            stats[a.name] = {
-                "runs": o["success"] + o["failure"] + o["skipped"],
-                "failures": o["failure"],
-                "outcomes": dict(o),
-                "last_run_start": a.last_start,
-                "last_run_duration": a.last_duration,
-                "running": a.running_since is not None,
-                "trigger_failures": a.trigger_failures,
-            }
+            stats[a.name] = ActionStats(
+                runs=o.success + o.failure + o.skipped,
+                failures=o.failure,
+                outcomes=o,
+                last_run_start=a.last_start,
+                last_run_duration=a.last_duration,
+                running=a.running_since is not None,
+                trigger_failures=a.trigger_failures,
+            )
         return stats
 
     # -- running ---------------------------------------------------------------------------------------
@@ -327,7 +340,7 @@ class ActionRuntime:
 
     async def _run(self, action: _Action, variables: Mapping[str, str]) -> RunResult:
         if action.running_since is not None:
-            action.outcomes["busy"] += 1
+            action.outcomes = replace(action.outcomes, busy=action.outcomes.busy + 1)
             self.log.warning("action %r is still running (for %.1fs); this run is skipped (busy)", action.name,
                              trio.current_time() - action.running_since)
             return RunResult(action.name, "busy")
@@ -359,7 +372,7 @@ class ActionRuntime:
         finally:
             action.running_since = None
             action.last_duration = trio.current_time() - began
-            action.outcomes[outcome] += 1
+            action.outcomes = _counted(action.outcomes, outcome)
         result = RunResult(action.name, outcome, tuple(results), action.last_duration)
         if outcome == "success":
             self.log.info("%s", result.summary())

@@ -32,7 +32,7 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.engine.counters import OofCounts
 from broker.engine.delivery import deliver
@@ -40,11 +40,25 @@ from broker.errors import BrokerError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic
+from broker.stats.snapshot import PaginationStats
 
 #: Entries per block of :class:`SortedEntries`: inserts move at most ~2x this many pointers.
 BLOCK = 1000
 
-Entry = tuple[Any, str]
+
+class Entry(NamedTuple):
+    """One record's place in a result set: ordered by ``sort_key``, then by ``key``."""
+
+    sort_key: Any  # the OrderBy's sort key of the record, ``()`` without OrderBy
+    key: str  # the SowKey
+
+
+class ShareKey(NamedTuple):
+    """What windows must have in common to share a result set."""
+
+    topic: str
+    filter: str  # the filter as written
+    order: str  # the OrderBy as written, ``""`` without one
 
 
 class SortedEntries:
@@ -178,7 +192,7 @@ class ResultSet:
 
     def entry(self, message: Any, key: str) -> Entry:
         """The sort entry of a record."""
-        return (self.order_by.sort_key(message) if self.order_by is not None else (), key)
+        return Entry(self.order_by.sort_key(message) if self.order_by is not None else (), key)
 
     def matches(self, message: Any) -> bool:
         """Whether a message belongs to the result set (a filter that fails to evaluate: no)."""
@@ -195,12 +209,12 @@ class ResultSet:
             self.entry(msg, rec.key)
             for rec, msg in self.topic.query(snapshot, predicate=self.matches, now_ns=now_ns)
         ]
-        self.by_key = {e[1]: e for e in found}
+        self.by_key = {e.key: e for e in found}
         self.entries = SortedEntries(found)
 
     def keys(self, start: int, stop: int) -> list[str]:
         """SowKeys at positions ``start <= i < stop``."""
-        return [e[1] for e in self.entries.slice(start, stop)]
+        return [e.key for e in self.entries.slice(start, stop)]
 
     def move(self, key: str, message: Any | None) -> tuple[int | None, int | None] | None:
         """Apply a change of record ``key`` (``message`` is its new state, ``None`` when it is gone).
@@ -228,9 +242,9 @@ class Pagination:
     """Every paginated subscription, grouped by the result sets they share."""
 
     def __init__(self) -> None:
-        self._sets: dict[tuple[str, str, str], ResultSet] = {}
+        self._sets: dict[ShareKey, ResultSet] = {}
         self._by_topic: dict[str, list[ResultSet]] = {}
-        self._set_keys: dict[int, tuple[str, str, str]] = {}
+        self._set_keys: dict[ResultSet, ShareKey] = {}  # ResultSet hashes by identity
 
     def open(self, *, topic: SowTopic, snapshot: Snapshot, now_ns: int, predicate: Callable[[Any], bool] | None,
              filter_text: str, order_by: Any, top_n: int, skip_n: int) -> Window:
@@ -246,14 +260,14 @@ class Pagination:
             top_n: Records in the window.
             skip_n: Records before it.
         """
-        share = (topic.name, filter_text, order_by.text if order_by is not None else "")
+        share = ShareKey(topic.name, filter_text, order_by.text if order_by is not None else "")
         results = self._sets.get(share)
         if results is None:
             results = ResultSet(topic, predicate, order_by)
             results.load(snapshot, now_ns)
             self._sets[share] = results
             self._by_topic.setdefault(topic.name, []).append(results)
-            self._set_keys[id(results)] = share
+            self._set_keys[results] = share
         window = Window(sub=None, top_n=top_n, skip_n=skip_n, results=results)
         window.keys = results.keys(skip_n, window.end)
         results.windows.append(window)
@@ -269,12 +283,12 @@ class Pagination:
         results.windows.remove(window)
         if results.windows:
             return
-        share = self._set_keys.pop(id(results))
+        share = self._set_keys.pop(results)
         del self._sets[share]
-        siblings = self._by_topic[share[0]]
+        siblings = self._by_topic[share.topic]
         siblings.remove(results)
         if not siblings:
-            del self._by_topic[share[0]]
+            del self._by_topic[share.topic]
 
     def covers(self, topic: str) -> bool:
         """Whether any window looks at ``topic`` (a dict lookup: cheap on the publish path)."""
@@ -322,13 +336,13 @@ class Pagination:
                  record: SowRecord | None, oof_counts: OofCounts, reason: str) -> int:
         return refresh_window(window, topic, key, previous, record, oof_counts, reason, topic.get)
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> PaginationStats:
         """Paginated subscriptions, shared result sets, and the entries those hold."""
-        return {
-            "paginated_subscriptions": sum(len(r.windows) for r in self._sets.values()),
-            "result_sets": len(self._sets),
-            "result_set_entries": sum(len(r.entries) for r in self._sets.values()),
-        }
+        return PaginationStats(
+            paginated_subscriptions=sum(len(r.windows) for r in self._sets.values()),
+            result_sets=len(self._sets),
+            result_set_entries=sum(len(r.entries) for r in self._sets.values()),
+        )
 
 
 def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecord | None, record: SowRecord | None,

@@ -191,8 +191,3 @@ class Router:
         for subs in self._by_client.values():
             yield from subs.values()
 
-    def statistics(self) -> dict[str, int]:
-        """Live subscriptions, paginated ones, and the shared result sets behind them."""
-        live = sum(len(subs) for subs in self._by_client.values())
-        return {"subscriptions": live, **self.windows.statistics()}
-

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.engine.counters import OofCounts
 from broker.engine.delivery import deliver
@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 #: ``(topic, record, message) -> bool``
 RecordTest = Callable[[SowTopic, SowRecord, Any], bool]
+
+
+class HeldWindow(NamedTuple):
+    """What a replaced paginated subscription's window held, captured before the new one replaces it."""
+
+    topic: SowTopic | None  # the topic of its result set (``None`` once the window was closed)
+    keys: set[str]  # the SowKeys in the window
 
 
 @dataclass
@@ -108,7 +115,7 @@ def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscri
     sub_id = header.get("sub_id") or header.get("cmd_id")
     old = engine.router.get(client, sub_id) if subscribe and sub_id and "replace" in words else None
     # What the old subscription holds, captured before registering the new one closes its window.
-    old_window = (old.window.results.topic if old.window.results else None, set(old.window.keys)) \
+    old_window = HeldWindow(old.window.results.topic if old.window.results else None, set(old.window.keys)) \
         if old is not None and old.window is not None else None
     plan, batch_size = engine.plan_query(header)
     windows = engine.router.windows
@@ -175,13 +182,13 @@ def _plan_keys(plan: QueryPlan, keys: list[str]) -> None:
 
 
 def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscription,
-                  old_window: tuple[SowTopic | None, set[str]] | None, sub: Subscription) -> None:
+                  old_window: HeldWindow | None, sub: Subscription) -> None:
     """Turn ``start`` into the difference between what ``old`` holds and what ``sub`` covers now."""
     if old_window is not None:
-        held_keys = old_window[1]
+        held_keys, held_topic = old_window.keys, old_window.topic
 
         def held(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
-            return rec.key in held_keys and (old_window[0] is None or topic.name == old_window[0].name)
+            return rec.key in held_keys and (held_topic is None or topic.name == held_topic.name)
     else:
         def held(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
             return old.topic.matches(topic.name) and old.saw(rec) and filter_passes(old.filter, msg)
@@ -213,10 +220,10 @@ def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscri
     if not sub.oof:
         return
     if old_window is not None:
-        topic = old_window[0]
+        topic = old_window.topic
         if topic is None:
             return
-        for key in sorted(old_window[1]):
+        for key in sorted(old_window.keys):
             rec = topic.get(key)
             if rec is not None and not in_scope(topic, rec, topic.message_type.parse(rec.data)):
                 start.oofs.append((topic.name, rec))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -24,12 +25,13 @@ from broker.security import (
     Identity,
     LogonRequest,
 )
+from broker.stats.snapshot import SecurityRefusals
 
 if TYPE_CHECKING:
     from broker.config.model import Config
     from broker.plugin_config import Resolved, SecurityPlugins
 
-__all__ = ["AUDIT", "REFUSAL_KINDS", "SecurityRuntime", "is_loopback"]
+__all__ = ["AUDIT", "REFUSAL_KINDS", "RefusalCounts", "SecurityRuntime", "is_loopback"]
 
 AUDIT = logging.getLogger("broker.audit")
 log = logging.getLogger("broker.security")
@@ -44,6 +46,42 @@ FAILURE_LIMIT = 100
 FAILURE_WINDOW = 60.0
 #: Hosts whose refusals are remembered at most (the record starts over past it).
 FAILURE_HOSTS = 10_000
+
+
+@dataclass(slots=True)
+class RefusalCounts:
+    """Refusals by what was refused, counted as they happen; :meth:`snapshot` is the statistics value."""
+
+    logon: int = 0
+    read: int = 0
+    write: int = 0
+    replay: int = 0
+    admin: int = 0
+
+    def add(self, what: str) -> None:
+        """Count one refusal of ``what`` (one of :data:`REFUSAL_KINDS`).
+
+        Raises:
+            ValueError: ``what`` is not a refusal kind.
+        """
+        match what:
+            case "logon":
+                self.logon += 1
+            case "read":
+                self.read += 1
+            case "write":
+                self.write += 1
+            case "replay":
+                self.replay += 1
+            case "admin":
+                self.admin += 1
+            case _:
+                raise ValueError(f"unknown refusal kind {what!r}; one of {', '.join(REFUSAL_KINDS)}")
+
+    def snapshot(self) -> SecurityRefusals:
+        """The counts now, as the statistics snapshot holds them."""
+        return SecurityRefusals(logon=self.logon, read=self.read, write=self.write, replay=self.replay,
+                                admin=self.admin)
 
 
 def is_loopback(host: str) -> bool:
@@ -80,7 +118,7 @@ class SecurityRuntime:
         }
         self.admin: Authenticator | None = (self._build("authentication", chosen.admin)
                                             if chosen.admin is not None else None)
-        self.refusals: Counter[str] = Counter({k: 0 for k in REFUSAL_KINDS})
+        self.refusals = RefusalCounts()
         self.limiter = trio.CapacityLimiter(CONCURRENT_LOGONS)
         for t in config.transports:
             auth = self.transports.get(t.name, (self.authentication, None))[0]
@@ -159,13 +197,17 @@ class SecurityRuntime:
     # -- audit ---------------------------------------------------------------------------------------
     def refused(self, what: str, *, client: str, remote: str, identity: str, reason: str) -> None:
         """Count a refusal and write its audit line."""
-        self.refusals[what] += 1
+        self.refusals.add(what)
         AUDIT.warning("refused %s: client %s from %s, identity %s: %s", what, client or "-", remote or "?",
                       identity or "-", reason)
 
-    def statistics(self) -> Mapping[str, int]:
+    def count_refusal(self, what: str) -> None:
+        """Count a refusal without an audit line (the caller rate-limits its audit lines)."""
+        self.refusals.add(what)
+
+    def statistics(self) -> SecurityRefusals:
         """Refusals by kind (``broker_security_refusals_total``)."""
-        return dict(self.refusals)
+        return self.refusals.snapshot()
 
     # -- reloading -----------------------------------------------------------------------------------
     def reload(self, kind: str) -> list[str]:

@@ -51,7 +51,6 @@ from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
 from broker.stats.histogram import Histogram
 from broker.stats.snapshot import (
-    ActionStats,
     BrokerSnapshot,
     ClientStats,
     ConnectionsClosed,
@@ -64,11 +63,8 @@ from broker.stats.snapshot import (
     JournalStats,
     MemoryStats,
     OofTotals,
-    PaginationStats,
     PublishesRefused,
     RecoveryStats,
-    SecurityRefusals,
-    SowTopicStats,
     SubscriptionCounts,
     SubscriptionInfo,
     TopicFlow,
@@ -720,21 +716,21 @@ class Broker:
                     logon_timeout=own.logon_timeouts, idle_timeout=own.idle_timeouts,
                     duplicate_name=own.duplicate_name_disconnects, logons_refused=own.logons_refused_disconnects,
                     entitlement_change=own.entitlement_change_disconnects),
-                security_refusals=SecurityRefusals(**self.security.statistics()),
+                security_refusals=self.security.statistics(),
                 memory=MemoryStats(limit=memory.limit, input_bytes=memory.input, output_bytes=memory.output,
                                    frames_refused=memory.refused_frames, consumers_offlined=memory.offlined_consumers),
             ),
             clients=tuple(clients if clients is not None else (s.statistics() for s in sessions)),
             topics={name: TopicFlow(messages_received=v.received, messages_delivered=v.delivered)
                     for name, v in c.topics.items()},
-            subscriptions=SubscriptionCounts(**Counter(sub.kind for sub in subscriptions)),
+            subscriptions=_subscription_counts(subscriptions),
             subscription_details=details,
-            pagination=PaginationStats(**self.engine.router.windows.statistics()),
-            sow={name: SowTopicStats(**t.statistics()) for name, t in self.engine.sow_topics.items()},
+            pagination=self.engine.router.windows.statistics(),
+            sow={name: t.statistics() for name, t in self.engine.sow_topics.items()},
             oof=OofTotals(match=c.oof.match, deleted=c.oof.deleted, expired=c.oof.expired),
             latency=self.latency.snapshot(),
             journal=self._journal_statistics(),
-            actions={name: ActionStats.from_runtime(a) for name, a in self.actions.statistics().items()},
+            actions=self.actions.statistics(),
         )
 
     def _journal_statistics(self) -> JournalStats | None:
@@ -742,12 +738,11 @@ class Broker:
         if self.journal is None:
             return None
         js = self.journal.statistics()
-        files = {"active": 0, "archived": 0, "compressed": 0}
-        for state, n in js.files.items():
-            files["compressed" if "compress" in state else "archived" if "archiv" in state else "active"] += n
+        f = js.files
         own = self.counters
         return JournalStats(
-            files=JournalFiles(**files),
+            files=JournalFiles(active=f.current + f.full + f.preallocated, archived=f.archived,
+                               compressed=f.compressed),
             bytes=js.bytes_on_disk,
             last_sequence=js.last_sequence,
             durable_sequence=js.durable_sequence,
@@ -777,9 +772,17 @@ class Broker:
 
 def _client_row(session: Any, subscriptions: int) -> ClientStats:
     """One client's statistics row (what ``Session.statistics()`` returns) with its subscription count
-    counted once for all clients by the caller instead of one pass over every subscription per client.
-    Positional, as it runs once per client per sample; ``Session.statistics`` names each field, and a test
+    counted once for all clients by the caller instead of one pass over every subscription per client; a test
     checks the two agree."""
     out = session.outbound
-    return ClientStats(session.id, session.name, session.remote, session.connected_at, session.messages_in,
-                       session.messages_out, session.bytes_in, out.bytes_out, subscriptions, out.size)
+    return ClientStats(id=session.id, client_name=session.name, remote=session.remote,
+                       connected_at=session.connected_at, messages_in=session.messages_in,
+                       messages_out=session.messages_out, bytes_in=session.bytes_in, bytes_out=out.bytes_out,
+                       subscriptions=subscriptions, queued_bytes=out.size)
+
+
+def _subscription_counts(subscriptions: list[Subscription]) -> SubscriptionCounts:
+    """The subscriptions by kind (``Subscription.kind``: one :class:`SubscriptionCounts` field per kind)."""
+    kinds = Counter(sub.kind for sub in subscriptions)
+    return SubscriptionCounts(subscribe=kinds["subscribe"], sow_and_subscribe=kinds["sow_and_subscribe"],
+                              bookmark=kinds["bookmark"], delta=kinds["delta"])

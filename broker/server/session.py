@@ -567,7 +567,7 @@ class Session(PublishBatch):
             security.refused(what, client=self.name, remote=self.remote,
                              identity=self.identity.user if self.identity else "", reason=f"{detail}{more}")
         else:
-            security.refusals[what] += 1
+            security.count_refusal(what)
         raise CommandError("not entitled", f"{self.identity.user if self.identity else '-'} may not {detail}")
 
     async def _logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:

@@ -31,6 +31,7 @@ returns, not to the versions kept. A publish costs one point read and up to thre
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -172,12 +173,9 @@ class History:
         heads = sum(1 for _ in self.storage.scan(_HEAD, bytes([_HEAD[0] + 1])))
         return heads + sum(1 for _ in self.storage.scan(_VERSION, bytes([_VERSION[0] + 1])))
 
-    def statistics(self) -> dict[str, int]:
-        """Counters for monitoring."""
-        s = self.stats
-        return {"versions_written": s.versions_written, "versions_replaced": s.versions_replaced,
-                "deletes_recorded": s.deletes_recorded, "pruned": s.pruned,
-                "historical_queries": s.historical_queries}
+    def statistics(self) -> HistoryStatistics:
+        """Counters for monitoring (a copy: later counts do not change it)."""
+        return dataclasses.replace(self.stats)
 
     def close(self) -> None:
         """Close the history storage."""

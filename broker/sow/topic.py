@@ -19,6 +19,7 @@ from broker.sow.keys import KeyGenerator, validate_user_key
 from broker.sow.lookups import lookup_keys
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot, Storage
+from broker.stats.snapshot import SowTopicStats
 
 #: BatchSize above this is refused (AMPS caps batches the same way).
 MAX_BATCH_SIZE = 10_000
@@ -324,30 +325,26 @@ class SowTopic:
         """Records stored."""
         return self.storage.count()
 
-    def statistics(self) -> dict[str, int]:
-        """Counters for monitoring."""
+    def statistics(self) -> SowTopicStats:
+        """Counters for monitoring. The record cache's: bytes held, and previous-record reads answered by it (an
+        entry, or a key known to be absent) or by the storage engine; zeros without a cache."""
         s = self.stats
-        return {
-            "records": self.count(),
-            "inserts": s.inserts,
-            "updates": s.updates,
-            "deletes": s.deletes,
-            "queries": s.queries,
-            "expirations": s.expirations,
-            "history_versions_written": self.history.stats.versions_written if self.history else 0,
-            "history_pruned": self.history.stats.pruned if self.history else 0,
-            "historical_queries": self.history.stats.historical_queries if self.history else 0,
-            **self._cache_statistics(),
-        }
-
-    def _cache_statistics(self) -> dict[str, int]:
-        """The record cache's bytes held and previous-record reads answered by it (an entry, or a key known to be
-        absent) or by the storage engine; zeros without a cache."""
-        cache = self.storage
-        if not isinstance(cache, CachedStorage):
-            return {}
-        return {"record_cache_bytes": cache.held_bytes, "record_cache_hits": cache.hits + cache.absent_known,
-                "record_cache_misses": cache.engine_reads}
+        h = self.history.stats if self.history else None
+        cache = self.storage if isinstance(self.storage, CachedStorage) else None
+        return SowTopicStats(
+            records=self.count(),
+            inserts=s.inserts,
+            updates=s.updates,
+            deletes=s.deletes,
+            queries=s.queries,
+            expirations=s.expirations,
+            history_versions_written=h.versions_written if h else 0,
+            history_pruned=h.pruned if h else 0,
+            historical_queries=h.historical_queries if h else 0,
+            record_cache_bytes=cache.held_bytes if cache else 0,
+            record_cache_hits=cache.hits + cache.absent_known if cache else 0,
+            record_cache_misses=cache.engine_reads if cache else 0,
+        )
 
 
 def check_batch_size(value: int | None) -> int:

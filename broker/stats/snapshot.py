@@ -325,13 +325,6 @@ class ActionStats:
     running: bool = False
     trigger_failures: int = 0  # triggers that crashed after starting (they no longer fire)
 
-    @classmethod
-    def from_runtime(cls, stats: Mapping[str, Any]) -> ActionStats:
-        """From one action's entry of :meth:`broker.actions.runtime.ActionRuntime.statistics`."""
-        return cls(runs=stats["runs"], failures=stats["failures"], outcomes=ActionOutcomes(**stats["outcomes"]),
-                   last_run_start=stats["last_run_start"], last_run_duration=stats["last_run_duration"],
-                   running=stats["running"], trigger_failures=stats["trigger_failures"])
-
 
 @dataclass(frozen=True, slots=True)
 class BrokerSnapshot:

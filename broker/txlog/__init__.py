@@ -18,7 +18,7 @@ from broker.txlog.bookmarks import (
 from broker.txlog.damage import DamageCounter, DamagedRange
 from broker.txlog.dedup import PublisherDedup
 from broker.txlog.errors import JournalDamageError, JournalFullError
-from broker.txlog.files import FileState, JournalFile, journal_name, list_files
+from broker.txlog.files import FileState, FileStateCounts, JournalFile, journal_name, list_files
 from broker.txlog.index import JournalIndex
 from broker.txlog.maintenance import archive_file, compress_file, remove_file
 from broker.txlog.reader import JournalReader, lowest_file_in_use
@@ -33,6 +33,7 @@ __all__ = [
     "DamageCounter",
     "DamagedRange",
     "FileState",
+    "FileStateCounts",
     "JournalFile",
     "JournalDamageError",
     "JournalFullError",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 import os
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,24 @@ class FileState(enum.Enum):
     ARCHIVED = "archived"
     #: Compressed with zstd (in either directory).
     COMPRESSED = "compressed"
+
+
+@dataclass(frozen=True, slots=True)
+class FileStateCounts:
+    """How many journal files are in each :class:`FileState`."""
+
+    current: int = 0
+    full: int = 0
+    preallocated: int = 0
+    archived: int = 0
+    compressed: int = 0
+
+    @classmethod
+    def of(cls, files: Iterable[JournalFile]) -> FileStateCounts:
+        """The counts of ``files``."""
+        n = Counter(f.state for f in files)
+        return cls(current=n[FileState.CURRENT], full=n[FileState.FULL], preallocated=n[FileState.PREALLOCATED],
+                   archived=n[FileState.ARCHIVED], compressed=n[FileState.COMPRESSED])
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from broker.txlog.damage import POLICIES, DamageCounter
 from broker.txlog.dedup import PublisherDedup, load_snapshot, save_snapshot
 from broker.txlog.errors import JournalFullError
 from broker.txlog.file_records import first_header
-from broker.txlog.files import FileState, JournalFile, list_files, safe_instance
+from broker.txlog.files import FileStateCounts, JournalFile, list_files, safe_instance
 from broker.txlog.index import JournalIndex
 from broker.txlog.reader import JournalReader
 from broker.txlog.records import Command, Record, encode_fields
@@ -70,7 +70,7 @@ class JournalStatistics:
     """A snapshot of a writer's state and counters.
 
     Attributes:
-        files: Number of journal files per :class:`~broker.txlog.files.FileState` value.
+        files: Number of journal files per :class:`~broker.txlog.files.FileState`.
         bytes_on_disk: Total size of the instance's journal files (both directories).
         current_file: Path of the file being written (empty before the first write).
         last_sequence: Highest sequence appended.
@@ -95,7 +95,7 @@ class JournalStatistics:
             records between two syncs): each waited for a small durable file write.
     """
 
-    files: dict[str, int]
+    files: FileStateCounts
     bytes_on_disk: int
     current_file: str
     last_sequence: int
@@ -754,9 +754,6 @@ class JournalWriter:
     def statistics(self) -> JournalStatistics:
         """A snapshot of counters and file states (lists the directories)."""
         files = self.files()
-        by_state = {state.value: 0 for state in FileState}
-        for jf in files:
-            by_state[jf.state.value] += 1
         cumulative = []
         total = 0
         for bound, count in zip((*FSYNC_BUCKETS, float("inf")), self._files.fsync_counts, strict=True):
@@ -766,7 +763,7 @@ class JournalWriter:
             pending_records = len(self._buffer)
             pending_bytes = self._pending_bytes
         return JournalStatistics(
-            files=by_state,
+            files=FileStateCounts.of(files),
             bytes_on_disk=sum(f.size for f in files),
             current_file=str(self.current_path) if self._opened else "",
             last_sequence=self._last_seq,

@@ -267,7 +267,7 @@ async def test_shutdown_actions_have_a_deadline(tmp_path: Path, monkeypatch: pyt
     assert EVENTS == ["hung"]
     assert any("the on-shutdown actions did not finish within 0s; stopping without them" in r.getMessage()
                for r in caplog.records)
-    assert broker.actions.statistics()["action-1"]["outcomes"]["failure"] == 1  # counted as cut short
+    assert broker.actions.statistics()["action-1"].outcomes.failure == 1  # counted as cut short
 
 
 async def test_a_rest_action_without_admin_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

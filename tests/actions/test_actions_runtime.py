@@ -21,6 +21,7 @@ from broker.errors import ConfigError
 from broker.options import Option, OptionSet, interval, text
 from broker.plugin_config import ActionPlugins, Resolved
 from broker.plugins import Registration
+from broker.stats.snapshot import ActionOutcomes
 from broker.testing import FakeHost
 from broker_plugins.actions.triggers import ADMIN_OPTIONS, SCHEDULE_OPTIONS, OnAdmin, OnSchedule, OnShutdown
 
@@ -139,8 +140,8 @@ async def test_a_daily_schedule_fires_at_local_times_across_the_spring_change(au
     ]
     assert trio.current_time() - began == 4 * 86400  # mock seconds: nothing waited on the wall clock
     stats = runtime.statistics()["nightly"]
-    assert stats["runs"] == 4 and stats["outcomes"]["success"] == 4
-    assert stats["last_run_start"] == fired[-1].timestamp()
+    assert stats.runs == 4 and stats.outcomes.success == 4
+    assert stats.last_run_start == fired[-1].timestamp()
 
 
 async def test_a_timer_fires_every_interval_from_the_start(autojump_clock) -> None:
@@ -159,13 +160,13 @@ async def test_an_overlapping_fire_is_busy_counted_and_logged(autojump_clock, ca
     async with trio.open_nursery() as nursery:
         await nursery.start(runtime.serve)
         await trio.sleep(54.5)
-        assert runtime.statistics()["slow"]["running"] is True
-        assert runtime.statistics()["slow"]["outcomes"] == {"success": 1, "failure": 0, "skipped": 0, "busy": 3}
+        assert runtime.statistics()["slow"].running is True
+        assert runtime.statistics()["slow"].outcomes == ActionOutcomes(success=1, failure=0, skipped=0, busy=3)
         nursery.cancel_scope.cancel()
     stats = runtime.statistics()["slow"]
-    assert stats["running"] is False
-    assert stats["outcomes"] == {"success": 1, "failure": 1, "skipped": 0, "busy": 3}  # cancelled at shutdown
-    assert stats["runs"] == 2 and stats["last_run_duration"] == 14.5
+    assert stats.running is False
+    assert stats.outcomes == ActionOutcomes(success=1, failure=1, skipped=0, busy=3)  # cancelled at shutdown
+    assert stats.runs == 2 and stats.last_run_duration == 14.5
     busy = [r.getMessage() for r in caplog.records if "busy" in r.getMessage()]
     assert busy == ["action 'slow' is still running (for 10.0s); this run is skipped (busy)",
                     "action 'slow' is still running (for 20.0s); this run is skipped (busy)",
@@ -186,7 +187,7 @@ async def test_a_failing_step_fails_the_run_later_steps_are_skipped_and_it_is_lo
     assert result.steps[1].message == "ZeroDivisionError: division by zero in a plugin"
     assert len(RECORDED) == 1
     stats = runtime.statistics()["archive"]
-    assert (stats["runs"], stats["failures"], stats["outcomes"]["failure"]) == (1, 1, 1)
+    assert (stats.runs, stats.failures, stats.outcomes.failure) == (1, 1, 1)
     error = next(r for r in caplog.records if r.levelno == logging.ERROR)
     assert error.getMessage() == ("action 'archive' failed at do boom (config.xml:7: /AMPSConfig/Actions/x[7]): "
                                   "ZeroDivisionError: division by zero in a plugin")
@@ -216,7 +217,7 @@ async def test_if_gates_stop_or_continue_a_run() -> None:
     assert broken.outcome == "failure" and broken.steps[1].message == "cannot read /proc/mounts"
     runtime = build("no")
     await runtime.fire("action-1")
-    assert runtime.statistics()["action-1"]["outcomes"] == {"success": 0, "failure": 0, "skipped": 1, "busy": 0}
+    assert runtime.statistics()["action-1"].outcomes == ActionOutcomes(success=0, failure=0, skipped=1, busy=0)
 
 
 async def test_options_are_substituted_then_parsed_for_each_run(autojump_clock, caplog) -> None:
@@ -299,7 +300,7 @@ async def test_a_trigger_failing_to_start_stops_start_up_and_one_failing_later_i
         await trio.sleep(2)
         assert (await later.fire("action-2")).outcome == "success"  # the rest keeps working
         nursery.cancel_scope.cancel()
-    assert later.statistics()["action-1"]["trigger_failures"] == 1
+    assert later.statistics()["action-1"].trigger_failures == 1
     assert any("trigger broken failed and no longer fires: OSError: port 80 is taken" in r.getMessage()
                for r in caplog.records)
 

@@ -62,7 +62,7 @@ async def test_prometheus_scrapes_with_basic_auth(nursery: trio.Nursery, source,
     assert ran == [], "an unauthenticated request ran an administrator action"
     assert (await http(f"{base}/amps/administrator/reset", headers=basic("ops", "ops-pw"))).status == 200
     assert ran == ["reset"]
-    assert security.refusals["admin"] == 5
+    assert security.statistics().admin == 5
 
     server = prometheus([f"127.0.0.1:{port}"], basic_auth=("prom", "prom-pw"))
     targets = await server.wait_targets_up(timeout=20)
@@ -113,7 +113,7 @@ async def test_without_authentication_administration_is_for_loopback_clients(tmp
                          (("127.0.0.1", 5000), "/amps/administrator/actions/x")):
         await open_admin({"type": "http", "path": path, "client": client, "headers": []}, None, send)
     assert served == ["/metrics", "/amps/administrator/actions/x"]
-    assert sent[0]["status"] == 403 and security.refusals["admin"] == 1
+    assert sent[0]["status"] == 403 and security.statistics().admin == 1
 
 
 async def test_the_admin_port_serves_https(nursery: trio.Nursery, source, tmp_path: Path) -> None:

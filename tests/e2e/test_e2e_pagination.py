@@ -22,6 +22,7 @@ from broker.engine.pagination import SortedEntries
 from broker.engine.sow_subscribe import start_sow
 from broker.server.kernel import Broker
 from broker.sow.record import SowRecord
+from broker.stats.snapshot import PaginationStats
 from broker.testing.clients import Delivered, RecordingClient
 from broker.testing.process import config_xml
 
@@ -200,7 +201,7 @@ def test_window_matches_a_fresh_query_after_every_change(engine_broker, ops, top
             assert all(held[r["id"]] == r for r in expect if r["id"] in held)
     finally:
         engine.unsubscribe(client, "w")
-    assert engine.router.windows.statistics()["result_sets"] == 0
+    assert engine.router.windows.statistics().result_sets == 0
 
 
 def test_windows_share_one_result_set_and_release_it(engine_broker) -> None:
@@ -213,14 +214,14 @@ def test_windows_share_one_result_set_and_release_it(engine_broker) -> None:
     assert [r["v"] for r in open_window(engine, b, "p2", 5, 5)] == [44, 43, 42, 41, 40]
     open_window(engine, b, "p3", 5, 0, flt="/v < 10")
     stats = engine.router.windows.statistics()
-    assert stats == {"paginated_subscriptions": 3, "result_sets": 2, "result_set_entries": 60}
+    assert stats == PaginationStats(paginated_subscriptions=3, result_sets=2, result_set_entries=60)
     # Per window: only its keys.
     assert all(len(s.window.keys) <= 5 for s in engine.router.subscriptions())
     engine.unsubscribe(a, "p1")
-    assert engine.router.windows.statistics()["result_sets"] == 2
+    assert engine.router.windows.statistics().result_sets == 2
     engine.disconnect(b)
-    assert engine.router.windows.statistics() == {
-        "paginated_subscriptions": 0, "result_sets": 0, "result_set_entries": 0}
+    assert engine.router.windows.statistics() == PaginationStats(
+        paginated_subscriptions=0, result_sets=0, result_set_entries=0)
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 300)), max_size=300), st.integers(2, 5))

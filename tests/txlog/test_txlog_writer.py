@@ -258,6 +258,6 @@ def test_statistics_counts_files_and_bytes(open_writer: Callable[..., JournalWri
     w.append("publish", "t", b"abc")
     w.sync()
     stats = w.statistics()
-    assert stats.files["current"] == 1 and stats.files["preallocated"] == 1
+    assert stats.files.current == 1 and stats.files.preallocated == 1
     assert stats.bytes_on_disk == stats.appended_bytes == os.path.getsize(stats.current_file)
     assert stats.last_sequence == stats.durable_sequence == 1
