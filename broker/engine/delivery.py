@@ -1,8 +1,10 @@
 """What the engine sends a client, as wire frames handed to the client's one outbound verb.
 
 Every frame the engine delivers (a publish, an out-of-focus notice, a delta, a run of messages queued in one
-step) is formatted here and handed to :meth:`Client.emit` with the number of messages it carries, so a
-session has a single way out (:meth:`broker.server.session.Session.emit`) that queues, bounds and counts.
+step) is formatted by :mod:`broker.protocol` and handed to :meth:`Client.emit` with the number of messages it
+carries, so a session has a single way out (:meth:`broker.server.session.Session.emit`) that queues, bounds and
+counts. The fan-out's hottest case, a run of one topic to clients that take every message whole, calls
+``client.emit(batch.frames(sids), messages=n)`` itself (:class:`~broker.protocol.DeliveryBatch`).
 
 The engine hands one message to every client it reaches in turn, and the frames differ only in ``sids``: the
 header is encoded once (:class:`~broker.protocol.DeliveryTemplate`) and reused while the message stays the
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from broker.protocol import DeliveryBatch, DeliveryTemplate
+from broker.protocol import DeliveryTemplate
 
 
 class Client(Protocol):
@@ -58,12 +60,6 @@ def deliver(client: Client, topic: str, sids: str, body: bytes, bm: str | None, 
                                      bm=bm or None, k=k or None, x=x or None)
         _template_key = key
     client.emit(_template.frame(sids), messages=1)
-
-
-def deliver_batch(client: Client, batch: DeliveryBatch, sids: str) -> None:
-    """Deliver every message of ``batch`` whole to ``client``'s subscriptions ``sids``, queued in one step (the
-    fan-out of a run of one topic)."""
-    client.emit(batch.frames(sids), messages=len(batch))
 
 
 def deliver_templates(client: Client, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
