@@ -22,8 +22,8 @@ def with_nodelay(uri: str) -> str:
     Without it the client's socket runs Nagle's algorithm: a small publish waits for the ACK of the
     previous one, up to the peer's delayed-ACK timer (40 ms on Linux), and the latency figures would
     measure that timer instead of the broker. Latency-sensitive AMPS applications set the option; the
-    peers' clients here (nats-py, redis over asyncio) set TCP_NODELAY by default, as the broker does on
-    its side (trio).
+    peers' Python clients here set TCP_NODELAY by default (nats-py through asyncio's transports, redis-py
+    on every connection it opens), as the broker does on its side (trio).
     """
     if "tcp_nodelay=" in uri:
         return uri

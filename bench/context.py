@@ -27,7 +27,10 @@ class Context:
         tools: Peer client executables by name (``redis-benchmark``, ``mosquitto_pub``...); ``None`` when missing.
         nats_py: Whether nats-py can be imported.
         limits: Machine limits measured in this run, by name.
-        skipped: Why each absent peer is absent.
+        skipped: Why each peer that is not installed or not selected is absent (the table's notes say so; not a
+            failure).
+        failed: Why each peer that is installed but did not start is absent: its figures are ``error:`` figures,
+            which fail the run.
         log: Notes printed under the table.
         leveldb_sync: W1's LevelDB sync writes: ``off`` (the default topic), ``on`` (a topic with
             ``<sync>true</sync>``) or ``both`` (one row each, same broker, same run).
@@ -42,6 +45,7 @@ class Context:
     nats_py: bool = False
     limits: dict[str, Figure] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     leveldb_sync: str = "off"
     deadline: float = 0.0
@@ -81,7 +85,21 @@ class Context:
         """A running peer, or ``None``."""
         return self.peers.get(name)
 
-    def absent(self, system: str, unit: str = "", higher_is_better: bool = True) -> Figure:
-        """A figure for a peer that is not available, saying why."""
-        why = self.skipped.get(system, "not available")
+    def absent(self, system: str, unit: str = "", higher_is_better: bool = True, *, missing: str = "") -> Figure:
+        """A figure for a peer that is not running, saying why.
+
+        Args:
+            system: The peer.
+            unit: The figure's unit.
+            higher_is_better: The figure's direction.
+            missing: A client tool of the peer that is not installed (``redis-benchmark``...), when that and
+                not the server is why.
+
+        Returns:
+            An ``error:`` figure when the peer is installed but did not start (:attr:`failed`: a failure of the
+            run), else a ``skipped:`` figure saying why (not installed, or not selected).
+        """
+        if system in self.failed:
+            return Figure(system, None, unit, higher_is_better, note=f"error: {self.failed[system]}")
+        why = self.skipped.get(system) or (f"{missing} not installed" if missing else "not available")
         return Figure(system, None, unit, higher_is_better, note=f"skipped: {why}")

@@ -66,8 +66,11 @@ class Figure:
         latency: Percentiles, when the case has a latency.
         cpu_s: CPU seconds the server process used during the case.
         peak_rss_mb: The server process's peak resident memory during the case.
-        note: Why there is no value (``n/a (not implemented)``, ``skipped: ...``, ``error: ...``) or a caveat.
+        note: Why there is no value (``skipped: ...``: the system is not installed or not selected;
+            ``error: ...``: it ran and failed; ``incomplete: ...``) or a caveat.
         detail: Raw figures for the JSON file.
+        checks: Facts checked about this system's result (``{"records_exact": True}``...): a ``False`` one fails
+            the run (:func:`bench.report.failures`), for a peer as for the broker.
     """
 
     system: str
@@ -79,11 +82,21 @@ class Figure:
     peak_rss_mb: float | None = None
     note: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """Whether there is a positive value."""
         return self.value is not None and self.value > 0
+
+    @property
+    def skipped(self) -> bool:
+        """Whether the system was not measured because it is not installed or was not selected (not a failure)."""
+        return self.value is None and self.note.startswith("skipped")
+
+    def failed_checks(self) -> list[str]:
+        """The names of this figure's checks that do not hold."""
+        return [k for k, v in self.checks.items() if v is False]
 
     def goodness(self) -> float:
         """A number where bigger is better (for picking the best peer and computing ratios)."""
@@ -120,8 +133,8 @@ class Row:
     checks: dict[str, Any] = field(default_factory=dict)
 
     def best_peer(self) -> Figure | None:
-        """The peer with the best figure, if any peer has one."""
-        measured = [p for p in self.peers if p.ok]
+        """The peer with the best figure, if any peer has one (a figure whose own checks failed is not compared)."""
+        measured = [p for p in self.peers if p.ok and not p.failed_checks()]
         return max(measured, key=Figure.goodness) if measured else None
 
     def ratio(self) -> float | None:

@@ -23,8 +23,11 @@ def redis_benchmark(exe: str, port: int, requests: int, command: list[str], *, c
     """Run ``redis-benchmark`` with a custom command and return its CSV figures.
 
     Returns:
-        ``rps``, ``p50_ms``, ``p99_ms`` (per request; with pipelining a request's latency is its batch's)
-        and the command line.
+        ``rps``, ``p50_ms``, ``p99_ms`` (per request; with pipelining a request's latency is its batch's),
+        ``requests_sent`` and the command line. redis-benchmark sends whole pipelines: each batch reserves
+        ``pipeline`` requests while fewer than ``requests`` were reserved, so the server executes ``requests``
+        rounded up to a multiple of ``pipeline`` (5,008 for 5,000 at 16): that is ``requests_sent``, the count
+        a check of the server's work compares with.
 
     Raises:
         RuntimeError: redis-benchmark failed or printed no figures.
@@ -42,7 +45,8 @@ def redis_benchmark(exe: str, port: int, requests: int, command: list[str], *, c
     values = [float(v.strip('"')) for v in lines[-1].rsplit(",", 7)[1:]]
     rps, _avg, _min, p50, _p95, p99, _max = values
     shown = [a if len(a) < 40 else a[:20] + "..." for a in argv]
-    return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "argv": " ".join(shown)}
+    return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "requests_sent": -(-requests // pipeline) * pipeline,
+            "argv": " ".join(shown)}
 
 
 def redis_client(port: int, timeout: float = 60.0) -> Any:

@@ -37,12 +37,16 @@ def _limit(limit: Figure | None) -> str:
 
 
 def _checks(row: Row) -> str:
+    figures = (row.broker, *row.peers)
+    failed_own = [f"{f.system} {k}" for f in figures for k in f.failed_checks()]
     if "summary" in row.checks:
-        return str(row.checks["summary"])
-    bad = [k for k, v in row.checks.items() if v is False]
+        summary = str(row.checks["summary"])
+        return summary + ("; FAILED: " + ", ".join(failed_own) if failed_own else "")
+    bad = [k for k, v in row.checks.items() if v is False] + failed_own
     if bad:
         return "FAILED: " + ", ".join(bad)
-    return "ok" if any(v is True for v in row.checks.values()) else ""
+    held = [*row.checks.values(), *(v for f in figures for v in f.checks.values())]
+    return "ok" if any(v is True for v in held) else ""
 
 
 def cells(row: Row) -> list[str]:
@@ -79,19 +83,29 @@ def markdown(rows: list[Row], title: str, caption: str) -> str:
 
 
 def failures(rows: list[Row]) -> list[str]:
-    """Why the run must fail: every broker figure that was not measured (an error, a refusal reported as
-    ``n/a``, a workload that crashed) or that is incomplete, and every check that is ``False``.
+    """Why the run must fail, one line per problem naming the workload, the case and the system.
 
-    Peers may be missing or fail (their notes say why); the broker's own rows may not.
+    Every figure that was measured and went wrong fails the run, the broker's and a peer's alike: a figure
+    without a value (an error, a peer that is installed but did not start, a workload that crashed), one that
+    is incomplete, and every check that is ``False`` (the row's and each figure's own). The only figures
+    allowed to have no value are ``skipped:`` peers: not installed, or not selected (``--no-peers``,
+    ``--no-install`` with the tool absent); the table's notes say why.
     """
     found = []
     for row in rows:
+        where = f"{row.workload} {row.case}"
         note = row.broker.note
-        if not row.broker.ok or note.startswith(("error", "incomplete", "n/a")):
-            found.append(f"{row.workload} {row.case}: {note or 'no value'}")
+        if not row.broker.ok or note.startswith(("error", "incomplete")):
+            found.append(f"{where}: {note or 'no value'}")
+        for peer in row.peers:
+            if peer.skipped:
+                continue
+            if not peer.ok or peer.note.startswith(("error", "incomplete")):
+                found.append(f"{where}: {peer.system}: {peer.note or 'no value'}")
         bad = [k for k, v in row.checks.items() if v is False]
+        bad += [f"{f.system} {k}" for f in (row.broker, *row.peers) for k in f.failed_checks()]
         if bad:
-            found.append(f"{row.workload} {row.case}: check failed: {', '.join(bad)}")
+            found.append(f"{where}: check failed: {', '.join(bad)}")
     return found
 
 

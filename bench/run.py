@@ -105,7 +105,12 @@ def selected(args: argparse.Namespace) -> list[str]:
 
 
 def start_peers(ctx: Context, needed: set[str], allow_install: bool, install_log: list[str]) -> None:
-    """Install (if allowed) and start each needed peer; a peer that cannot start is recorded as skipped."""
+    """Install (if allowed) and start each needed peer.
+
+    A peer that is not installed (or whose Python client is not) is recorded in ``ctx.skipped``: the table says
+    so, and the run does not fail for it. A peer that is installed but does not start is recorded in
+    ``ctx.failed``: its figures are ``error:`` figures, and the run fails.
+    """
     executables = [e for p in sorted(needed) for e in (PEER_EXECUTABLES[p][0], *PEER_EXECUTABLES[p][1])]
     paths = install.ensure_debian(executables, allowed=allow_install, log=install_log)
     ctx.tools.update(paths)
@@ -117,7 +122,8 @@ def start_peers(ctx: Context, needed: set[str], allow_install: bool, install_log
         try:
             ctx.peers[peer] = STARTERS[peer](server_exe, ctx.workdir / peer).start()
         except (RuntimeError, OSError) as exc:
-            ctx.skipped[peer] = f"did not start ({str(exc).splitlines()[0]})"
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            ctx.failed[peer] = f"{PEER_EXECUTABLES[peer][0]} did not start ({first})"
             ctx.log.append(f"{peer}: {exc}")
     if "nats" in needed and not ctx.nats_py:
         ctx.skipped.setdefault("nats", "nats-py not installed")
@@ -185,7 +191,9 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the harness; returns the exit code (1 when a broker figure failed)."""
+    """Run the harness; returns the exit code: 1 when any figure that was measured (the broker's or a started
+    peer's) errored or is incomplete, or any check failed (:func:`bench.report.failures`); a peer that is not
+    installed or not selected is a skip, not a failure."""
     args = parse_args(argv)
     # A SIGTERM (CI stopping the job) unwinds like Ctrl-C, so the servers are stopped in `finally`.
     signal.signal(signal.SIGTERM, _terminate)
@@ -257,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     title = f"broker vs peers: {mode} run, {date:%Y-%m-%d %H:%M} UTC"
     caption = (f"{machine.describe(info)}; Python {machine.versions()['python']}; took {elapsed:.0f}s. "
                "ratio = broker / best peer, bigger is better (< 1: the broker is behind).")
-    notes = install_log + [f"{k} skipped: {v}" for k, v in ctx.skipped.items()] + ctx.log
+    notes = (install_log + [f"{k} skipped: {v}" for k, v in ctx.skipped.items()]
+             + [f"{k} FAILED: {v}" for k, v in ctx.failed.items()] + ctx.log)
     report.print_table(rows, title, caption, notes)
     worst = report.worst_ratios(rows)
     if worst:
@@ -274,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(elapsed, 1), "machine": info, "versions": machine.versions(), "sizes": sizes.to_json(),
         "workloads": workloads, "limits": {k: asdict(v) for k, v in ctx.limits.items()},
         "rows": [r.to_json() for r in rows], "worst_ratios": [[r.workload, r.case, r.ratio()] for r in worst],
-        "skipped": ctx.skipped, "install_log": install_log, "log": ctx.log, "profile": profile,
+        "skipped": ctx.skipped, "failed_peers": ctx.failed, "install_log": install_log, "log": ctx.log, "profile": profile,
     }
     out = results_dir / f"{stem}.json"
     report.write_json(out, payload)

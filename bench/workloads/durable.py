@@ -7,7 +7,9 @@ acks past that, Redis runs 16 connections x 16 pipelined, nats-py 256 requests).
 message acknowledged). Ack latency = arrival of the first persisted ack covering a message's sequence -
 its publish time (acks are cumulative). Peers: Redis with ``appendfsync always`` (redis-benchmark
 ``XADD``), and a NATS JetStream file-backed stream with acked publishes through nats-py. Limit: the
-machine's fsync rate (one 200-byte write + fdatasync per round), which group commit may exceed.
+machine's fsync rate (one 200-byte write + fdatasync per round), which group commit may exceed. Checks: the
+broker's store is empty afterwards (every message persisted); the Redis stream holds one entry per request
+redis-benchmark sent (N rounded up to whole pipelines) and the JetStream stream N messages.
 """
 
 from __future__ import annotations
@@ -107,23 +109,28 @@ def redis_durable(ctx: Context) -> Figure:
     """redis-benchmark XADD with ``appendfsync always``."""
     redis, exe = ctx.peer("redis"), ctx.tools.get("redis-benchmark")
     if redis is None or exe is None:
-        return ctx.absent("redis", "msg/s")
+        return ctx.absent("redis", "msg/s", missing="redis-benchmark")
+    n = ctx.sizes.durable_messages
     r = redis_client(redis.port)
     try:
+        r.delete("durable")
         r.config_set("appendfsync", "always")
         try:
             meter = redis.meter()
             meter.start()
             # 16 connections x 16 pipelined = 256 in flight, the same window as the broker's publisher.
-            result = redis_benchmark(exe, redis.port, ctx.sizes.durable_messages,
-                                     ["XADD", "durable", "*", "d", doc(1)], clients=16, timeout=ctx.left())
+            result = redis_benchmark(exe, redis.port, n, ["XADD", "durable", "*", "d", doc(1)], clients=16,
+                                     timeout=ctx.left())
             usage = meter.stop()
         finally:
             r.config_set("appendfsync", "everysec")
+        stored = r.xlen("durable")
     finally:
         r.close()
     fig = redis_figure(result)
     fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+    fig.detail.update(stream_length_after=stored)
+    fig.checks["stored_exact"] = stored == result["requests_sent"]
     return fig
 
 
@@ -134,7 +141,7 @@ def nats_durable(ctx: Context) -> Figure:
         return ctx.absent("nats", "msg/s")
     n = ctx.sizes.durable_messages
 
-    async def go() -> tuple[float, list[int]]:
+    async def go() -> tuple[float, list[int], int]:
         from nats.js.api import StorageType, StreamConfig
 
         nc = await nats_connect(nats.port)
@@ -142,18 +149,23 @@ def nats_durable(ctx: Context) -> Figure:
             js = nc.jetstream(timeout=30)
             await js.add_stream(StreamConfig(name="DURABLE", subjects=["durable.>"], storage=StorageType.FILE))
             docs = [doc(i).encode() for i in range(n)]
-            return await windowed(lambda i: js.publish("durable.x", docs[i]), range(n), ctx.sizes.peer_window)
+            seconds, lat = await windowed(lambda i: js.publish("durable.x", docs[i]), range(n),
+                                          ctx.sizes.peer_window)
+            stored = (await js.stream_info("DURABLE")).state.messages  # not timed
+            return seconds, lat, stored
         finally:
             await nc.close()
 
     meter = nats.meter()
     meter.start()
-    seconds, lat = run_async(go(), ctx.left())
+    seconds, lat, stored = run_async(go(), ctx.left())
     usage = meter.stop()
     return Figure("nats", n / seconds, "msg/s", latency=Latency.from_ns(lat), cpu_s=usage.cpu_s,
                   peak_rss_mb=usage.peak_rss_mb,
                   detail={"seconds": seconds, "window": ctx.sizes.peer_window, "client": "nats-py",
-                          "note": "JetStream acks after the write, fsync on its own interval"})
+                          "stream_messages_after": stored, "expected": n,
+                          "note": "JetStream acks after the write, fsync on its own interval"},
+                  checks={"stored_exact": stored == n})
 
 
 def run(ctx: Context) -> list[Row]:

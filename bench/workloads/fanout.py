@@ -7,12 +7,20 @@ publisher sends the flush itself, :func:`bench.ampsclient.flush`, since the offi
 waits at least 10 ms).
 Throughput is deliveries (M x subscribers) over the time from the first send to the last delivery;
 latency is receive time - send time of every delivery. Peers: NATS core through nats-py, and Mosquitto
-(QoS 0) driven by its own ``mosquitto_pub -l`` / ``mosquitto_sub -C`` tools.
+(QoS 0) driven by its own ``mosquitto_pub -l`` / ``mosquitto_sub -C`` tools. Every figure, the peers' included,
+is checked complete (every subscriber got all M); an incomplete one fails the run.
+
+The publisher is one client process for every system: the broker's is a Python loop calling the official
+client's ``publish`` (its C extension) once per message; NATS's a Python loop awaiting nats-py's
+``publish`` (pure Python) once per message; Mosquitto's is ``mosquitto_pub -l`` (C) reading lines that a
+Python loop writes to its stdin, 1000 at a time.
 
 One more row puts the broker's websocket transport next to its TCP transport: the same publisher (TCP), 4
 subscribers on the websocket transport with the npm ``amps`` client under Node, against the TCP row's 4
 official Python-client subscribers. The two client libraries differ, so the broker's CPU seconds per
-delivery are the fairer comparison of the transports' cost (both are in the results).
+delivery are the fairer comparison of the transports' cost (both are in the results). Without Node and npm,
+or without the npm client and leave to install it, the row is skipped and the run's notes (and the JSON's
+``skipped``) say why.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ WINDOW = 1000
 SECURE_SUBSCRIBERS = 4
 #: Subscribers of the WebSocket row (W5 over WebSocket next to TCP).
 WEBSOCKET_SUBSCRIBERS = 4
+#: The WebSocket row's name in the run's ``skipped`` notes when it cannot run here.
+WEBSOCKET_ROW = "W5 over WebSocket (npm amps client under Node)"
 #: Where the npm amps client is installed for the WebSocket row (ignored by git; reused by later runs).
 NPM_CACHE = Path(__file__).resolve().parents[1] / ".npm-cache"
 
@@ -64,7 +74,8 @@ def _figure(system: str, subscribers: int, m: int, t0_ns: int, results: list[dic
         cpu["broker_cpu_us_per_delivery"] = round(usage.cpu_s / delivered * 1e6, 2)
     return Figure(system, value, "msg/s", latency=lat, cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
                   note="" if complete else f"incomplete: {delivered}/{m * subscribers} delivered",
-                  detail={"delivered": delivered, "expected": m * subscribers, **cpu, **detail})
+                  detail={"delivered": delivered, "expected": m * subscribers, **cpu, **detail},
+                  checks={"complete": complete and len(counts) == subscribers})
 
 
 def broker_fanout(ctx: Context, subscribers: int, *, uri: str | None = None, system: str = "broker") -> Figure:
@@ -81,6 +92,7 @@ def websocket_fanout(ctx: Context, subscribers: int) -> Figure:
     """The same fan-out with the subscribers on the websocket transport: the npm ``amps`` client under Node
     (the publisher is the same TCP client), so the broker's figure over WebSocket sits next to TCP's."""
     from broker.admin import jsclient
+    from broker.errors import BrokerError
 
     system = "broker over websocket"
     if shutil.which("node") is None or shutil.which("npm") is None:
@@ -89,8 +101,13 @@ def websocket_fanout(ctx: Context, subscribers: int) -> Figure:
     amps_js = str(NPM_CACHE)
     if jsclient.installed_version(NPM_CACHE) != jsclient.AMPS_JS_VERSION:
         if not ctx.allow_install:
-            return Figure(system, None, "msg/s", note="skipped: npm amps is not installed (--no-install)")
-        jsclient.install(NPM_CACHE)
+            return Figure(system, None, "msg/s",
+                          note=f"skipped: npm amps {jsclient.AMPS_JS_VERSION} is not installed in "
+                               f"{NPM_CACHE} (--no-install)")
+        try:
+            jsclient.install(NPM_CACHE)
+        except BrokerError as exc:  # like a peer apt-get could not install: skipped, and the notes say why
+            return Figure(system, None, "msg/s", note=f"skipped: could not install npm amps ({str(exc)[:200]})")
     m = ctx.sizes.fanout_messages
     uri = f"ws://127.0.0.1:{ctx.broker.ws_port}/amps/json"
     with Children(node_fanout, [(uri, TOPIC, k, m, ctx.left(), amps_js) for k in split(subscribers)]) as children:
@@ -156,7 +173,7 @@ def mosquitto_fanout(ctx: Context, subscribers: int) -> Figure:
     """Mosquitto QoS 0 with mosquitto_pub -l and one mosquitto_sub -C M per subscriber."""
     mq, pub_exe, sub_exe = ctx.peer("mosquitto"), ctx.tools.get("mosquitto_pub"), ctx.tools.get("mosquitto_sub")
     if mq is None or pub_exe is None or sub_exe is None:
-        return ctx.absent("mosquitto", "msg/s")
+        return ctx.absent("mosquitto", "msg/s", missing="mosquitto_pub or mosquitto_sub")
     m = ctx.sizes.fanout_messages
     out_dir = ctx.workdir / f"mqtt-{subscribers}"
     out_dir.mkdir(exist_ok=True)
@@ -239,8 +256,8 @@ def run(ctx: Context) -> list[Row]:
     # The websocket transport next to TCP, same run, same broker: the ratio is WebSocket over TCP.
     n = WEBSOCKET_SUBSCRIBERS
     ws = guard(ctx, "broker over websocket", websocket_fanout, n)
-    if ws.note.startswith("skipped"):  # no Node here, or --no-install before npm amps was installed
-        ctx.log.append(f"W5 over WebSocket {ws.note}")
+    if ws.skipped:  # no Node here, or npm amps not installed: a skip, which the table's notes state
+        ctx.skipped[WEBSOCKET_ROW] = ws.note.removeprefix("skipped: ")
         return rows
     reference = tcp.get(n)
     if reference is None:

@@ -4,7 +4,10 @@ Broker: one official-client publisher sends every document (pre-built, so the dr
 bottleneck), then ``publish_flush`` waits until the broker has applied them all; the rate is documents
 over that whole span. Peers: redis-benchmark ``HSET`` on random keys (AOF fsync every second, the
 closest to the broker's group-committed journal), and NATS KV ``put`` through nats-py with a window
-of requests in flight. Limit: a plain plyvel put loop (LevelDB, no journal, no network).
+of requests in flight. Limit: a plain plyvel put loop (LevelDB, no journal, no network). Checks: the broker's
+SOW holds one record per key afterwards; Redis executed one ``HSET`` per request redis-benchmark sent (its
+command statistics; :func:`bench.peertools.redis_benchmark` on whole pipelines); the NATS bucket holds one value
+per key.
 
 ``--leveldb-sync on|both`` also (or only) ingests into ``bench-ingest-sync``, the same topic with the
 LevelDB option ``<sync>true</sync>``: every SOW write is fsynced before the next publish is applied. That
@@ -22,7 +25,7 @@ from bench import ampsclient
 from bench.context import Context
 from bench.figures import Figure, Latency, Row
 from bench.messages import doc
-from bench.peertools import nats_connect, redis_benchmark, redis_figure, run_async, windowed
+from bench.peertools import nats_connect, redis_benchmark, redis_client, redis_figure, run_async, windowed
 from bench.workloads.common import guard
 
 TOPIC = "bench-ingest"
@@ -61,20 +64,33 @@ def broker_ingest(ctx: Context, topic: str = TOPIC, *, uri: str | None = None,
     return fig, {"sow_records_after": records, "sow_records_expected": expected, "sow_records_exact": records == expected}
 
 
+def _hset_calls(r: Any) -> int:
+    """How many ``HSET`` commands the Redis server has executed so far (``INFO commandstats``)."""
+    return int(r.info("commandstats").get("cmdstat_hset", {}).get("calls", 0))
+
+
 def redis_ingest(ctx: Context) -> Figure:
-    """redis-benchmark HSET into ``ingest:<random key>``."""
+    """redis-benchmark HSET into ``ingest:<random key>``; checked: the server executed every one of them."""
     redis, exe = ctx.peer("redis"), ctx.tools.get("redis-benchmark")
     if redis is None or exe is None:
-        return ctx.absent("redis", "msg/s")
+        return ctx.absent("redis", "msg/s", missing="redis-benchmark")
     s = ctx.sizes
-    meter = redis.meter()
-    meter.start()
-    result = redis_benchmark(exe, redis.port, s.ingest_messages,
-                             ["HSET", "ingest:__rand_int__", "data", doc(1)],
-                             random_keys=s.ingest_keys, timeout=ctx.left())
-    usage = meter.stop()
+    r = redis_client(redis.port)
+    try:
+        before = _hset_calls(r)
+        meter = redis.meter()
+        meter.start()
+        result = redis_benchmark(exe, redis.port, s.ingest_messages,
+                                 ["HSET", "ingest:__rand_int__", "data", doc(1)],
+                                 random_keys=s.ingest_keys, timeout=ctx.left())
+        usage = meter.stop()
+        executed = _hset_calls(r) - before
+    finally:
+        r.close()
     fig = redis_figure(result)
     fig.cpu_s, fig.peak_rss_mb = usage.cpu_s, usage.peak_rss_mb
+    fig.detail.update(hset_executed=executed)
+    fig.checks["writes_exact"] = executed == result["requests_sent"]
     return fig
 
 
@@ -85,7 +101,7 @@ def nats_ingest(ctx: Context) -> Figure:
         return ctx.absent("nats", "msg/s")
     s = ctx.sizes
 
-    async def go() -> tuple[float, list[int]]:
+    async def go() -> tuple[float, list[int], int]:
         from nats.js.api import KeyValueConfig, StorageType
 
         nc = await nats_connect(nats.port)
@@ -93,18 +109,23 @@ def nats_ingest(ctx: Context) -> Figure:
             js = nc.jetstream(timeout=30)
             kv = await js.create_key_value(KeyValueConfig(bucket="ingest", history=1, storage=StorageType.FILE))
             docs = [doc(i % s.ingest_keys).encode() for i in range(s.ingest_messages)]
-            return await windowed(lambda i: kv.put(f"k{i % s.ingest_keys}", docs[i]),
-                                  range(s.ingest_messages), s.peer_window)
+            seconds, lat = await windowed(lambda i: kv.put(f"k{i % s.ingest_keys}", docs[i]),
+                                          range(s.ingest_messages), s.peer_window)
+            values = (await kv.status()).values  # not timed: history 1, so one value per key
+            return seconds, lat, values
         finally:
             await nc.close()
 
     meter = nats.meter()
     meter.start()
-    seconds, lat = run_async(go(), ctx.left())
+    seconds, lat, values = run_async(go(), ctx.left())
     usage = meter.stop()
+    expected = min(s.ingest_keys, s.ingest_messages)
     return Figure("nats", s.ingest_messages / seconds, "msg/s", latency=Latency.from_ns(lat), cpu_s=usage.cpu_s,
                   peak_rss_mb=usage.peak_rss_mb,
-                  detail={"seconds": seconds, "window": s.peer_window, "client": "nats-py"})
+                  detail={"seconds": seconds, "window": s.peer_window, "client": "nats-py",
+                          "bucket_values_after": values, "bucket_values_expected": expected},
+                  checks={"values_exact": values == expected})
 
 
 def run(ctx: Context) -> list[Row]:
@@ -132,7 +153,9 @@ def run(ctx: Context) -> list[Row]:
         # Alternating, twice (inserts, then updates of the same keys), the better pass of each.
         plains, secures = [], []
         for _round in range(SECURE_ROUNDS):
-            plains.append(broker_ingest(ctx, PLAIN_TOPIC, system="broker, security off")[0])
+            plain_fig, plain_checks = broker_ingest(ctx, PLAIN_TOPIC, system="broker, security off")
+            plain_fig.checks["sow_records_exact"] = plain_checks["sow_records_exact"]  # the reference is checked too
+            plains.append(plain_fig)
             secures.append(broker_ingest(ctx, SECURE_TOPIC, uri=ctx.secure_uri, system="broker, auth + entitlements"))
         plain = max(plains, key=lambda f: f.value or 0.0)
         secure, checks = max(secures, key=lambda fc: fc[0].value or 0.0)

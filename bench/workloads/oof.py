@@ -194,6 +194,8 @@ def _case(ctx: Context, client: object, subscribers: int, open_records: int, pla
     slowest = max(p["snapshot_s"] for p in per_sub)
     checks_snap = {
         "snapshot_records": [p["snapshot_records"] for p in per_sub], "expected": open_records,
+        # A boolean check: report.failures() fails the run when a subscriber's snapshot count is wrong.
+        "snapshot_exact": snap_ok,
         "summary": f"{subscribers} x {open_records:,} records" + ("" if snap_ok else " MISMATCH"),
     }
     others = other_threads(ctx.broker.pid, threads0, threads1, u) if threads1 else []

@@ -2,10 +2,12 @@
 
 Broker: bookmark subscriptions (``subscribe`` with a bookmark and a completed ack) on a topic in the
 transaction log; the rate is messages over the time from sending the command to the completed ack.
-The timestamp and the bookmark both point at the middle, so those replays return N/2. If the broker
-refuses bookmark subscriptions, the rows say ``n/a (not implemented)``, never a number.
+The timestamp and the bookmark both point at the middle, so those replays return N/2. The broker implements
+bookmark replay: if it refuses a bookmark subscription (an error answer, a timeout, a closed connection), the
+rows are ``error:`` figures naming the exception, and the run fails.
 Peers: a NATS JetStream ordered consumer (deliver all / by start time / by start sequence) and Redis
 ``XRANGE`` pages of 1000 through redis-py + hiredis (from ``-`` / a millisecond id / just after an entry id).
+Every system's count is checked against the expected one (N or N/2); NATS's first stream sequence too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from bench.workloads.common import error_figure
 
 TOPIC = "bench-replay"
 CASES = ("from the start", "from a timestamp", "from a bookmark")
-NOT_IMPLEMENTED = "n/a (not implemented)"
 
 
 def amps_timestamp(ns: int) -> str:
@@ -35,16 +36,23 @@ def amps_timestamp(ns: int) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
 
 
-def bookmark_refusal(client: Any) -> str | None:
-    """``None`` if the broker accepts a bookmark subscription, else its answer."""
+def bookmark_refusal(client: Any) -> Exception | None:
+    """``None`` if the broker accepts a bookmark subscription, else the exception it caused (an error answer,
+    a timeout, a closed connection)."""
     try:
         sub_id = client.bookmark_subscribe(lambda m: None, TOPIC, "0|1|", timeout=5000)  # NOW: no replay
-    except Exception as exc:  # noqa: BLE001 - any refusal means "not implemented" for this table
-        return f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - whatever it is, refused_figures() reports it as an error
+        return exc
     client.unsubscribe(sub_id)
     return None
 
 
+def refused_figures(ctx: Context, exc: BaseException) -> list[Figure]:
+    """The broker's figures when it refused the bookmark subscription: one ``error:`` figure per case, naming
+    the exception (the message goes to the run's log). They fail the run: the broker implements replay."""
+    ctx.log.append(f"W4: the broker refused a bookmark subscription ({type(exc).__name__}: {str(exc)[:200]})")
+    note = f"error: {type(exc).__name__} (bookmark subscription refused)"
+    return [Figure("broker", None, "msg/s", note=note) for _ in CASES]
 
 
 def broker_replays(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
@@ -56,8 +64,7 @@ def broker_replays(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     try:
         refusal = bookmark_refusal(client)
         if refusal is not None:
-            ctx.log.append(f"W4: the broker refused a bookmark subscription ({refusal[:200]})")
-            return [Figure("broker", None, "msg/s", note=NOT_IMPLEMENTED) for _ in CASES], {"refusal": refusal}
+            return refused_figures(ctx, refusal), {"refusal": f"{type(refusal).__name__}: {refusal}"}
         ampsclient.publish_all(client, TOPIC, (doc(i) for i in range(half)), ctx.left())
         time.sleep(0.02)
         mid_ns = time.time_ns()
@@ -120,13 +127,17 @@ def nats_replays(ctx: Context) -> list[Figure]:
                                       opt_start_time=mid.isoformat().replace("+00:00", "Z")),
                        ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=half + 1)]
             out = []
-            for config, expected in zip(configs, (n, n - half, n - half), strict=True):
+            for config, expected, first_seq in zip(configs, (n, n - half, n - half), (1, half + 1, half + 1),
+                                                   strict=True):
                 done = asyncio.Event()
                 count = [0]
+                first = [0]  # the first delivered message's stream sequence: where the replay started
 
                 async def cb(msg: Any, count: list[int] = count, done: asyncio.Event = done,
-                             expected: int = expected) -> None:
+                             expected: int = expected, first: list[int] = first) -> None:
                     count[0] += 1
+                    if count[0] == 1:
+                        first[0] = msg.metadata.sequence.stream
                     if count[0] == expected:
                         done.set()
 
@@ -140,7 +151,9 @@ def nats_replays(ctx: Context) -> list[Figure]:
                 await sub.unsubscribe()
                 out.append(Figure("nats", count[0] / seconds, "msg/s", cpu_s=usage.cpu_s,
                                   peak_rss_mb=usage.peak_rss_mb,
-                                  detail={"seconds": seconds, "messages": count[0], "client": "nats-py"}))
+                                  detail={"seconds": seconds, "messages": count[0], "expected": expected,
+                                          "first_stream_sequence": first[0], "client": "nats-py"},
+                                  checks={"counts_exact": count[0] == expected, "starts_exact": first[0] == first_seq}))
             return out
         finally:
             await nc.close()
@@ -174,7 +187,7 @@ def redis_replays(ctx: Context) -> list[Figure]:
         mid_ms = time.time_ns() // 1_000_000
         time.sleep(0.02)
         add(half, n)
-        for first in (b"-", b"%d-0" % mid_ms, b"(" + ids[-1]):
+        for first, expected in zip((b"-", b"%d-0" % mid_ms, b"(" + ids[-1]), (n, n - half, n - half), strict=True):
             meter = redis.meter()
             meter.start()
             t0 = time.perf_counter()
@@ -188,7 +201,9 @@ def redis_replays(ctx: Context) -> list[Figure]:
             seconds = time.perf_counter() - t0
             usage = meter.stop()
             out.append(Figure("redis", got / seconds, "msg/s", cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
-                              detail={"seconds": seconds, "messages": got, "client": "redis-py + hiredis"}))
+                              detail={"seconds": seconds, "messages": got, "expected": expected,
+                                      "client": "redis-py + hiredis"},
+                              checks={"counts_exact": got == expected}))
     finally:
         r.close()
     return out
@@ -202,7 +217,7 @@ def run(ctx: Context) -> list[Row]:
     for system, fn in (("nats", nats_replays), ("redis", redis_replays)):
         try:
             peers.append(fn(ctx))
-        except Exception as exc:  # noqa: BLE001 - a peer failing must not hide the broker's figure
+        except Exception as exc:  # noqa: BLE001 - an error figure (it fails the run) that hides no other figure
             peers.append([error_figure(ctx, system, exc)] * len(CASES))
     limit = ctx.limits.get("disk sequential read") or ctx.limits.get("loopback")
     return [Row("W4 replay", f"{case}, {s.replay_messages:,} journaled" if i == 0 else

@@ -1,11 +1,14 @@
 """The benchmark harness in --quick mode (issue 8): one command produces the table and the JSON file.
 
-Runs the real harness against a real broker (and whichever peers are installed; nothing is installed
-here). Kept well under 90 s on 2 cores.
+Runs the real harness against a real broker and whichever peers are installed (nothing is installed here:
+``.ci/run`` installs redis-server, nats-server, mosquitto and their tools, and the ``test`` extra the peers'
+Python clients). A peer that is installed must be measured, with a value and every check holding, so CI runs
+the peers' code paths; one that is not installed must say so. About 40 s on 2 cores with every peer.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -14,9 +17,21 @@ from pathlib import Path
 
 import pytest
 
+from bench import install, run
+from bench.workloads.fanout import WEBSOCKET_ROW
+
 pytest.importorskip("AMPS")
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The Python modules each peer's drivers need besides its executables (bench/run.py PEER_EXECUTABLES).
+PEER_MODULES = {"redis": ("redis", "hiredis"), "nats": ("nats",), "mosquitto": ()}
+
+
+def installed_peers() -> set[str]:
+    """The peers whose server, client tools and Python client are all here: the run must measure them."""
+    return {peer for peer, (server, tools) in run.PEER_EXECUTABLES.items()
+            if all(install.find_executable(e) for e in (server, *tools))
+            and all(importlib.util.find_spec(m) for m in PEER_MODULES[peer])}
 
 
 @pytest.mark.timeout(300)
@@ -61,3 +76,29 @@ def test_quick_run_produces_table_and_json(tmp_path: Path) -> None:
     # The publisher's lateness against its schedule is reported (a late publisher is not a late broker).
     assert all(0 <= r["checks"]["publisher_late"]["p50_ms"] <= r["checks"]["publisher_late"]["max_ms"] for r in oof)
     assert all(f["value"] > 0 for f in data["limits"].values())
+    # W3's snapshots: every subscriber got every open record (a wrong count fails the run).
+    snaps = [r for r in data["rows"] if r["workload"].startswith("W3") and "snapshot" in r["case"]]
+    assert len(snaps) == 2 and all(r["checks"]["snapshot_exact"] is True for r in snaps)
+
+    # The peers: every one that is present in a row was measured and its checks hold; an installed one is
+    # never skipped, so the peers' code paths run here; one that is not installed says so.
+    peers = installed_peers()
+    assert not data["failed_peers"]
+    assert not peers & set(data["skipped"]), data["skipped"]
+    for row in data["rows"]:
+        for peer in row["peers"]:
+            if peer["note"].startswith("skipped"):
+                assert peer["system"] not in peers, (row["workload"], row["case"], peer)
+                continue
+            assert peer["value"] and peer["value"] > 0, (row["workload"], row["case"], peer)
+            assert not peer["note"].startswith(("error", "incomplete")), (row["workload"], row["case"], peer)
+            assert all(v is True for v in peer["checks"].values()), (row["workload"], row["case"], peer)
+            if peer["system"] in run.PEER_EXECUTABLES:  # a real peer proves its count, not only its speed
+                assert peer["checks"], (row["workload"], row["case"], peer)
+    for wid, (_module, compared) in run.WORKLOADS.items():
+        for name in peers & set(compared):
+            measured = [p for r in data["rows"] if r["workload"].startswith(wid) for p in r["peers"]
+                        if p["system"] == name and p["value"]]
+            assert measured, f"{name} is installed but has no figure in {wid}"
+    # The WebSocket row is measured or its skip is stated (no Node, or npm amps not installed: --no-install).
+    assert any("over WebSocket" in r["case"] for r in data["rows"]) or WEBSOCKET_ROW in data["skipped"]
