@@ -240,12 +240,6 @@ class DeliveryTemplate:
         self._tail = b""
         self._fixed = 0
 
-    @property
-    def message(self) -> tuple[str, Buffer, str | None, str | None, str | None]:
-        """``(topic, body, bm, k, x)`` as given."""
-        _, topic, _, bm, k, x = self._values
-        return topic, self._body, bm, k, x
-
     def frame(self, sids: str) -> bytes:
         """The frame for the client whose subscriptions ``sids`` (comma list) the message matches.
 
