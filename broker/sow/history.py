@@ -31,7 +31,6 @@ returns, not to the versions kept. A publish costs one point read and up to thre
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -172,10 +171,6 @@ class History:
         """Versions stored (heads included), by one scan: for tests and tools, not the hot path."""
         heads = sum(1 for _ in self.storage.scan(_HEAD, bytes([_HEAD[0] + 1])))
         return heads + sum(1 for _ in self.storage.scan(_VERSION, bytes([_VERSION[0] + 1])))
-
-    def statistics(self) -> HistoryStatistics:
-        """Counters for monitoring (a copy: later counts do not change it)."""
-        return dataclasses.replace(self.stats)
 
     def close(self) -> None:
         """Close the history storage."""
