@@ -79,7 +79,7 @@ class BasicAuth:
         remote = f"{client[0]}:{client[1]}"
         if self.authenticator is None:
             if administrative and not is_loopback(str(client[0])):
-                self.security.refused("admin", client="http", remote=remote, identity="",
+                self.security.refused("admin", client="http", remote=remote, user=None,
                                       reason=f"{path[:200]}: an administrator endpoint from a non-loopback client "
                                              "without <Authentication>")
                 await _respond(send, 403, b"Administrator endpoints answer loopback clients only unless the Admin "
@@ -92,7 +92,7 @@ class BasicAuth:
             return
         user, password = _credentials(scope)
         if user is None or password is None:
-            self.security.refused("admin", client="http", remote=remote, identity="",
+            self.security.refused("admin", client="http", remote=remote, user=None,
                                   reason=f"{path[:200]}: no credentials")
             await self._challenge(send)
             return
@@ -112,7 +112,7 @@ class BasicAuth:
             await self.security.authenticate(self.authenticator, LogonRequest(
                 user=user, password=password, client_name=None, remote=remote, transport="admin"))
         except AuthenticationRefused as exc:
-            self.security.refused("admin", client="http", remote=remote, identity=repr(user[:64]),
+            self.security.refused("admin", client="http", remote=remote, user=user[:64],
                                   reason=f"{path[:200]}: {str(exc)[:300]}")
             return False
         if len(self._accepted) >= CACHE_ENTRIES:

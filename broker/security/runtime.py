@@ -2,7 +2,8 @@
 transport (and the Admin server) uses, the audit log, the refusal counters, and reloading.
 
 Audit lines go to the ``broker.audit`` logger at warning level: one per refused logon, refused command or
-refused Admin request, with client name, address, identity and reason, never a password.
+refused Admin request, with client name, address, user name and reason, never a password nor anything that reads
+like one (``refused logon: client feed-3 from 10.1.2.3:50114, user 'svc-feed': wrong password``).
 """
 
 from __future__ import annotations
@@ -174,7 +175,9 @@ class SecurityRuntime:
             raise
         except Exception as exc:
             log.exception("authentication module %s failed on a logon", type(authenticator).__name__)
-            raise AuthenticationRefused(f"the authentication module failed: {exc!r}") from None
+            # Only the type: a module's exception text may quote what it was given (the password, say).
+            raise AuthenticationRefused(f"the authentication module failed ({type(exc).__name__}; the broker log "
+                                        "has its traceback)") from None
 
     def too_many_failures(self, host: str) -> bool:
         """Whether ``host`` had :data:`FAILURE_LIMIT` refused logons within the last :data:`FAILURE_WINDOW`
@@ -195,11 +198,19 @@ class SecurityRuntime:
         times.append(self._clock())
 
     # -- audit ---------------------------------------------------------------------------------------
-    def refused(self, what: str, *, client: str, remote: str, identity: str, reason: str) -> None:
-        """Count a refusal and write its audit line."""
+    def refused(self, what: str, *, client: str, remote: str, user: str | None, reason: str) -> None:
+        """Count a refusal and write its audit line.
+
+        Args:
+            what: One of :data:`REFUSAL_KINDS`.
+            client: The client name (``http`` for the Admin server).
+            remote: The client's address.
+            user: The user name as sent (quoted in the line; ``None`` or empty: ``(none)``). Never a password.
+            reason: Why, in words that carry no secret (``wrong password``, not the password).
+        """
         self.refusals.add(what)
-        AUDIT.warning("refused %s: client %s from %s, identity %s: %s", what, client or "-", remote or "?",
-                      identity or "-", reason)
+        AUDIT.warning("refused %s: client %s from %s, user %s: %s", what, client or "-", remote or "?",
+                      repr(user) if user else "(none)", reason)
 
     def count_refusal(self, what: str) -> None:
         """Count a refusal without an audit line (the caller rate-limits its audit lines)."""

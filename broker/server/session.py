@@ -565,7 +565,7 @@ class Session(PublishBatch):
         if count <= 10 or count % 1000 == 0:
             more = f" ({count} such refusals on this connection)" if count > 10 else ""
             security.refused(what, client=self.name, remote=self.remote,
-                             identity=self.identity.user if self.identity else "", reason=f"{detail}{more}")
+                             user=self.identity.user if self.identity else None, reason=f"{detail}{more}")
         else:
             security.count_refusal(what)
         raise CommandError("not entitled", f"{self.identity.user if self.identity else '-'} may not {detail}")
@@ -603,7 +603,7 @@ class Session(PublishBatch):
         self.logons_refused += 1
         shown_user = request.user if request.user is None or len(request.user) <= 64 else request.user[:64] + "..."
         shown_name = (request.client_name or "")[:64]
-        self.broker.security.refused("logon", client=shown_name, remote=self.remote, identity=repr(shown_user),
+        self.broker.security.refused("logon", client=shown_name, remote=self.remote, user=shown_user,
                                      reason=reason[:300])
         self.broker.counters.commands_failed += 1
         self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
