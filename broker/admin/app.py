@@ -12,7 +12,8 @@ Routes:
   :class:`AdminEndpoint` (what an ``amps-action-on-admin`` action registers) also receives the query
   parameters and chooses the status (400 for a missing parameter, 409 when busy, 500 on failure).
 * ``GET /``: the web console (``/console/<file>``: its static files from ``broker/admin/static``, the AMPS
-  JavaScript client under ``/console/vendor/``, and ``/console/state.json``, see :mod:`broker.admin.console`).
+  JavaScript client under ``/console/vendor/``, ``/console/state.json`` and ``/console/history.json`` with an
+  ``X-Statistics-Age`` header, see :mod:`broker.admin.console`).
   Anything else is 404; a known path with a wrong method is 405.
 
 Everything served under ``/metrics`` and ``/amps`` is a view over the :class:`StatisticsSampler`'s latest
@@ -42,7 +43,7 @@ import trio
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from broker.admin.amps_tree import AmpsTreeBuilder, select
-from broker.admin.console import ConsoleView
+from broker.admin.console import ConsoleView, history_points
 from broker.admin.html_view import render_node
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.admin.static_files import console_file
@@ -255,19 +256,29 @@ class AdminApp:
 
     async def _console_state(self, snapshot: BrokerSnapshot) -> bytes:
         """``state.json`` of a sample (small: a few series per topic, never per client): on the loop."""
-        return orjson.dumps(self.console.build(snapshot, self.sampler.taken_at or 0.0))
+        s = self.sampler
+        return orjson.dumps(self.console.build(snapshot, s.taken_at or 0.0, previous=s.previous,
+                                               interval_setting=s.interval, sample_duration=s.duration,
+                                               late_samples=s.late))
+
+    async def _console_history(self, _: BrokerSnapshot) -> bytes:
+        """``history.json``: the chart's last ten minutes (at most 601 points of three numbers): on the loop."""
+        return orjson.dumps(history_points(self.sampler.history, self.sampler.interval))
 
     async def _console(self, send: Send, method: str, path: str) -> None:
         """The web console: its static files, the AMPS JavaScript client, and ``state.json``."""
         name = "index.html" if path in ("/", _CONSOLE, _CONSOLE + "/") else path[len(_CONSOLE) + 1:]
-        if name == "state.json":
+        if name in ("state.json", "history.json"):
             try:
-                sample, state = await self._render("console", self._console_state)
+                sample, state = await self._render(
+                    name, self._console_state if name == "state.json" else self._console_history)
             except Exception as exc:
                 log.exception("building the console state failed")
                 await _respond(send, 500, f"Reading statistics failed: {exc}\n".encode(), _TEXT)
                 return
-            await _respond(send, 200, state, "application/json", [sample], head=method == "HEAD")
+            # Per response, not cached: the page says "sample late" when this exceeds twice the interval.
+            age = (b"x-statistics-age", f"{self.sampler.age() or 0.0:.3f}".encode())
+            await _respond(send, 200, state, "application/json", [sample, age], head=method == "HEAD")
             return
         found = console_file(name)
         if found is None:

@@ -1,19 +1,23 @@
-"""The web console's data: ``/console/state.json``, a view over the Admin server's statistics samples.
+"""The web console's data: ``/console/state.json``, a view over the Admin server's statistics samples, and
+``/console/history.json``, the chart's last ten minutes.
 
-The console (``broker/admin/static``: plain HTML, CSS and JavaScript, no build step) polls it once a second
-and draws what changed. Rates are computed here, between two consecutive samples (one per
-``<Admin><Interval>``), so every browser sees the same figures and none keeps history of its own beyond
-its chart.
+The console (``broker/admin/static``: plain HTML, CSS and JavaScript, no build step) loads the history
+once, then polls the state once a second and draws what changed. Rates are computed here, between two
+consecutive samples (one per ``<Admin><Interval>``), so every browser sees the same figures; the history
+is the sampler's (:attr:`~broker.admin.sampler.StatisticsSampler.history`), kept whether or not a browser
+is open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
+from broker.admin.sampler import SamplePoint
 from broker.stats.snapshot import BrokerSnapshot, TopicFlow
 
-__all__ = ["ConsoleView", "WebSocketEndpoint"]
+__all__ = ["ConsoleView", "WebSocketEndpoint", "history_points"]
 
 #: Subscriptions shown per client.
 SUBSCRIPTIONS_PER_CLIENT = 20
@@ -37,10 +41,24 @@ class ConsoleView:
         self.websockets = websockets if websockets is not None else []
         self._previous: tuple[float, BrokerSnapshot] | None = None
 
-    def build(self, snapshot: BrokerSnapshot, taken_at: float) -> dict[str, Any]:
-        """The console state for ``snapshot``, taken at ``taken_at`` (monotonic seconds); call once per sample
-        in sample order (the Admin application caches the result per sample)."""
-        previous = self._previous
+    def build(self, snapshot: BrokerSnapshot, taken_at: float, *,
+              previous: tuple[float, BrokerSnapshot] | None = None, interval_setting: float | None = None,
+              sample_duration: float | None = None, late_samples: int = 0) -> dict[str, Any]:
+        """The console state for ``snapshot``, taken at ``taken_at`` (monotonic seconds).
+
+        Args:
+            snapshot: The latest sample.
+            taken_at: When it was taken.
+            previous: The sample before it and when it was taken (the sampler's
+                :attr:`~broker.admin.sampler.StatisticsSampler.previous`): rates are the counters' growth
+                between the two. Without it, the sample this view built the state of last time (call once per
+                sample, in sample order).
+            interval_setting: ``<Admin><Interval>`` seconds (the page says a sample is late past twice that).
+            sample_duration: Seconds the sample took.
+            late_samples: Grid points the sampler skipped because a sample overran its interval.
+        """
+        if previous is None:
+            previous = self._previous
         self._previous = (taken_at, snapshot)
         seconds = taken_at - previous[0] if previous is not None else 0.0
 
@@ -87,6 +105,9 @@ class ConsoleView:
                          "config_path": info.config_path, "pid": info.pid},
             "taken_at": taken_at,
             "interval": seconds or None,
+            "interval_setting": interval_setting,
+            "sample_duration": sample_duration,
+            "late_samples": late_samples,
             "totals": {
                 "messages_in": counters.messages_received, "messages_out": counters.messages_delivered,
                 "in_per_sec": rate(counters.messages_received,
@@ -106,3 +127,26 @@ class ConsoleView:
             "websockets": [dict(w) for w in self.websockets],
         }
 
+
+
+def history_points(points: Iterable[SamplePoint], interval_setting: float) -> dict[str, Any]:
+    """``/console/history.json``: the totals' rates between consecutive samples, oldest first.
+
+    Args:
+        points: The sampler's :attr:`~broker.admin.sampler.StatisticsSampler.history`.
+        interval_setting: ``<Admin><Interval>`` seconds.
+
+    Returns:
+        ``{"interval_setting": s, "points": [{"t": epoch, "taken_at": monotonic, "in": per s, "out": per s}]}``;
+        a point's ``taken_at`` equals the ``taken_at`` of the state built from the same sample, so the page
+        appends live states after the history without drawing one twice.
+    """
+    rows = []
+    for before, now in pairwise(points):
+        seconds = now.taken_at - before.taken_at
+        if seconds <= 0:
+            continue
+        rows.append({"t": now.epoch, "taken_at": now.taken_at,
+                     "in": max(0.0, (now.messages_received - before.messages_received) / seconds),
+                     "out": max(0.0, (now.messages_delivered - before.messages_delivered) / seconds)})
+    return {"interval_setting": interval_setting, "points": rows}

@@ -1,6 +1,7 @@
 """Admin statistics are sampled once per ``<Admin><Interval>`` and served from that sample (issue 14):
 concurrent requests share one sample and one rendering, request paths are bounded, and the sampler
-keeps its interval (the real broker's interval: test_admin_kernel_sampling.py)."""
+keeps its interval on a fixed grid and ten minutes of history (issue 33; the real broker's interval:
+test_admin_kernel_sampling.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import trio.testing
 from broker.admin import StatisticsSampler
 from broker.admin.amps_tree import CLIENT_SLICE, AmpsTreeBuilder
 from broker.admin.app import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_QUERY_BYTES
+from broker.admin.console import history_points
+from broker.admin.sampler import HISTORY_SECONDS, history_length
 from broker.stats.snapshot import ClientStats
+
+from .conftest import SyntheticSource
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -133,3 +138,56 @@ def test_the_sampler_samples_once_per_interval() -> None:
 
 def test_an_interval_below_one_second_is_raised_to_it() -> None:
     assert StatisticsSampler(dict, interval=0.01).interval == 1.0
+
+
+def test_samples_start_on_a_fixed_grid_when_a_sample_is_slow() -> None:
+    """A sample that takes 1.5 s of a 2 s interval does not push the next one back (the period stays 2 s, not
+    3.5 s); one that takes 3 s skips the grid point it overran (4 s apart, never back to back)."""
+
+    def run(work: float) -> tuple[list[float], StatisticsSampler]:
+        started: list[float] = []
+
+        async def slow_source() -> dict:
+            started.append(trio.current_time())
+            await trio.sleep(work)
+            return {}
+
+        sampler = StatisticsSampler(slow_source, interval=2.0, clock=trio.current_time)
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(sampler.run)  # returns when the first sample is done
+                await trio.sleep(7.9)
+                nursery.cancel_scope.cancel()
+
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        return [round(t - started[0], 3) for t in started], sampler
+
+    starts, sampler = run(1.5)
+    assert starts == [0.0, 2.0, 4.0, 6.0, 8.0] and sampler.late == 0 and sampler.duration == 1.5
+    starts, sampler = run(3.0)
+    assert starts == [0.0, 4.0, 8.0] and sampler.late == 2
+
+
+def test_the_history_keeps_ten_minutes_of_totals_in_a_bounded_ring() -> None:
+    source = SyntheticSource()  # messages_received grows by 7 per sample, messages_delivered by 11
+    sampler = StatisticsSampler(source, interval=2.0, clock=trio.current_time, wall_clock=trio.current_time)
+    assert sampler.history.maxlen == history_length(2.0) == 301
+    assert history_length(1.0) == 601 and history_length(10.0) == 61
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sampler.run)
+            await trio.sleep(1000.0)  # 500 samples
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sampler.generation == 501 and len(source.served) == 501
+    assert len(sampler.history) == 301, "bounded: the oldest samples fell off"
+    oldest, newest = sampler.history[0], sampler.history[-1]
+    assert newest.taken_at - oldest.taken_at == pytest.approx(HISTORY_SECONDS)
+    assert newest.messages_received == source.current.counters.messages_received
+    chart = history_points(sampler.history, sampler.interval)
+    assert chart["interval_setting"] == 2.0 and len(chart["points"]) == 300
+    assert {(p["in"], p["out"]) for p in chart["points"]} == {(3.5, 5.5)}
+    assert chart["points"][-1]["taken_at"] == sampler.taken_at, "the live state's taken_at matches the last point"
