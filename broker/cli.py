@@ -17,7 +17,7 @@ from typing import Any
 
 from broker import __version__
 from broker.config.model import LoggingConfig
-from broker.errors import BrokerError, ConfigError
+from broker.errors import BrokerError, ConfigError, ConfigIssue
 
 log = logging.getLogger("broker")
 
@@ -42,12 +42,28 @@ def _setup_logging(level: str, config_logging: LoggingConfig | None = None) -> N
     )
 
 
-def _load(path: str):  # noqa: ANN202 - returns Config
+def _load(path: str, *, check_files: bool = False):  # noqa: ANN202 - returns Config
     from broker.config import load_config
 
     if not Path(path).exists():
         raise ConfigError(f"{path}: no such configuration file")
-    return load_config(path)
+    return load_config(path, check_files=check_files)
+
+
+def _issue_text(issue: ConfigIssue) -> str:
+    """``file:line: /element/path: message``, without the severity (the caller labels it)."""
+    where = f"{issue.file}:{issue.line}" if issue.line else issue.file
+    text = f"{issue.path}: {issue.message}" if issue.path else issue.message
+    return f"{where}: {text}" if where else text
+
+
+def _report(issues: Sequence[ConfigIssue], *, tail: str = "") -> None:
+    """Print errors then warnings, each labelled with its severity, and count each kind apart."""
+    errors = [i for i in issues if i.severity != "warning"]
+    warnings = [i for i in issues if i.severity == "warning"]
+    for issue in (*errors, *warnings):
+        print(f"{'warning' if issue.severity == 'warning' else 'error'}: {_issue_text(issue)}", file=sys.stderr)
+    print(f"{len(errors)} error(s), {len(warnings)} warning(s){tail}.", file=sys.stderr)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -55,12 +71,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     from broker.plugin_config import resolve_plugins
     from broker.plugins import build_plugin_manager
 
-    config = _load(args.config)
+    config = _load(args.config, check_files=True)  # also every file and folder it names
     base = Path(args.config).resolve().parent
     plugins = build_plugin_manager([(m.name, m.library, m.options) for m in config.modules], base_dir=base)
-    resolved = resolve_plugins(config, plugins)  # raises ConfigError naming file:line of every problem
+    try:
+        resolved = resolve_plugins(config, plugins)  # raises ConfigError naming file:line of every problem
+    except ConfigError as exc:  # the config's own warnings still count
+        raise ConfigError([*exc.issues, *config.warnings]) from None
     for w in (*config.warnings, *resolved.warnings):
-        print(str(w), file=sys.stderr)
+        print(f"warning: {_issue_text(w)}", file=sys.stderr)
     if args.dump:
         print(config.expanded_xml)
         return 0
@@ -114,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     _setup_logging(args.log_level, config.logging)
     for w in config.warnings:
-        log.warning("%s", w)
+        log.warning("%s", _issue_text(w))
 
     async def main() -> None:
         pauses = install_from_environment()  # BROKER_PAUSE_LOG_MS: who holds the event loop (latency tails)
@@ -302,11 +321,30 @@ def cmd_passwd(args: argparse.Namespace) -> int:
         password = sys.stdin.readline().rstrip("\r\n")
     groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups is not None else None
     try:
+        Path(args.file).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: cannot create the folder of {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
         added = set_password(args.file, args.user, password, groups)
     except PasswordFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: {'added' if added else 'changed the password of'} {args.user}")
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    """Write a test CA with server, admin and client certificates (``broker.security.testca``)."""
+    try:
+        from broker.security.testca import make_test_pki
+    except ImportError as exc:  # pragma: no cover - cryptography is a dependency
+        raise BrokerError(f"broker certs needs the cryptography package ({exc}): pip install cryptography") from None
+    pki = make_test_pki(args.dir, hosts=args.host, days=args.days, force=args.force)
+    print(f"{pki.directory}: a test CA and certificates valid for {args.days} days "
+          f"(server and admin names: {', '.join(pki.hosts)})")
+    for path in pki.files:
+        print(f"  {path}")
     return 0
 
 
@@ -336,6 +374,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--groups", help="comma-separated groups for the entitlement file (replaces the user's)")
     p.add_argument("--delete", action="store_true", help="remove the user instead")
     p.set_defaults(func=cmd_passwd)
+    p = sub.add_parser("certs", help="make a test CA and server, admin and client certificates (for trying TLS)",
+                       description="Write a throw-away CA (ca.crt, ca.key, and ca.d/ for <CAPath>) and the "
+                       "certificates and keys it signs: server.crt/.key for tcps transports, admin.crt/.key for "
+                       "the Admin port's HTTPS, client.crt/.key for <VerifyClient>. The server and admin "
+                       "certificates name localhost, 127.0.0.1 and ::1. For tests and trials, not production.")
+    p.add_argument("dir", help="the folder to write (created if missing)")
+    p.add_argument("--host", action="append", default=[], metavar="NAME",
+                   help="another host name or IP address for the server and admin certificates (repeatable)")
+    p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    p.add_argument("--force", action="store_true", help="replace certificates and keys already in DIR")
+    p.set_defaults(func=cmd_certs)
     p = sub.add_parser("journal", help="read, verify and repair transaction log journals")
     jsub = p.add_subparsers(dest="journal_command", required=True)
     for name in ("dump", "grep"):
@@ -368,9 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:
-        for issue in exc.issues:
-            print(f"error: {issue}", file=sys.stderr)
-        print(f"{len(exc.issues)} error(s); nothing was started.", file=sys.stderr)
+        _report(exc.issues, tail="; nothing was started" if args.command == "serve" else "")
         return 2
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)

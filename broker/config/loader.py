@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from lxml import etree
 
+from broker.config.files import check_files
 from broker.config.issues import SOURCE_ATTR, TEXT_SOURCE_ATTR, IssueLog, is_element
 from broker.config.model import Config, Where
 from broker.config.schema import check_tree
@@ -42,13 +43,17 @@ MAX_FILE_SIZE = 256 * 1024 * 1024
 MAX_INCLUDES = 1000
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
+                check_files: bool = False) -> Config:
     """Load, expand and validate an AMPS-style XML configuration file.
 
     Args:
         path: The main configuration file.
         env: Variables for ``${NAME}`` expansion; defaults to ``os.environ``. ``AMPS_CONFIG_DIRECTORY``
             and ``AMPS_CONFIG_PATH`` are always defined from ``path``.
+        check_files: Also check, from the working directory, every file the configuration reads (TLS
+            certificates, keys and CA files, password and entitlement files) and every folder it writes
+            into (:mod:`broker.config.files`): what ``broker check`` does.
 
     Returns:
         The validated configuration; ``Config.warnings`` lists accepted-but-ignored elements.
@@ -62,7 +67,7 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except TypeError:
         raise ConfigError([ConfigIssue(repr(path), 0, "", "not a file path: pass a str or pathlib.Path")]) from None
     try:
-        return _Loader(shown, os.environ if env is None else env).load()
+        return _Loader(shown, os.environ if env is None else env, check_files=check_files).load()
     except ConfigError:
         raise
     except Exception as exc:  # the loader's promise: nothing but ConfigError escapes
@@ -83,8 +88,9 @@ class _FileContext:
 
 
 class _Loader:
-    def __init__(self, shown: str, env: Mapping[str, str]) -> None:
+    def __init__(self, shown: str, env: Mapping[str, str], *, check_files: bool = False) -> None:
         self.shown = shown
+        self.check_files = check_files
         self.log = IssueLog([shown])
         self.env = env
         self.bytes_read = 0
@@ -124,6 +130,8 @@ class _Loader:
         self.log.tree_complete()
         check_tree(root, self.log)
         config = build_config(root, self.log)
+        if self.check_files:
+            check_files(root, self.log)
         if self.log.errors or config is None:
             raise self.fail()
         return replace(config, source=absolute, warnings=tuple(self.log.in_order(self.log.warnings)),
