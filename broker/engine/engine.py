@@ -152,7 +152,7 @@ class Engine(PublishSteps, FanOut):
         sub = Subscription(
             client=client, sub_id=sub_id, topic=topic, filter=flt, options=words, kind=kind,
             delta=delta, filter_text=header.get("filter") or "",
-            wants_oof=oof or "oof" in words,
+            wants_oof=oof or "oof" in words, no_empties=delta and "no_empties" in words,
             since_ns=time.time_ns() if kind in ("subscribe", "delta") else 0,
         )
         self.router.add(sub)

@@ -174,7 +174,10 @@ class FanOut:
                             before = _PreviousState(previous, sow)
                         as_delta = before.passes(flt)
                     if as_delta:
-                        _other_sids(others, sub.client).deltas.append(sub.sub_id)
+                        other = _other_sids(others, sub.client)
+                        other.deltas.append(sub.sub_id)
+                        if sub.no_empties:
+                            other.quiet.append(sub.sub_id)
                         continue
                 sids = pubs.get(sub.client)
                 if sids is None:
@@ -210,8 +213,14 @@ class FanOut:
                 if other.deltas:
                     assert sow is not None and previous is not None
                     diff = sow.message_type.diff(previous.data, body, sow.key_fields)
-                    deliver(client, topic, ",".join(other.deltas), diff, bm, key, x)
-                    delivered += 1
+                    sids = other.deltas
+                    # no_empties: a diff holding no more than the key fields (the diff of the message with
+                    # itself) changes nothing.
+                    if other.quiet and diff == sow.message_type.diff(body, body, sow.key_fields):
+                        sids = [sid for sid in sids if sid not in other.quiet]
+                    if sids:
+                        deliver(client, topic, ",".join(sids), diff, bm, key, x)
+                        delivered += 1
                 if other.oofs:
                     deliver(client, topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
                     self.counters.oof.match += len(other.oofs)
@@ -276,6 +285,8 @@ class _OtherSids:
 
     oofs: list[str] = field(default_factory=list)
     deltas: list[str] = field(default_factory=list)
+    #: The ``deltas`` asking for ``no_empties``: left out when the update changes no field.
+    quiet: list[str] = field(default_factory=list)
 
 
 def _plain_items(messages: Sequence[PublishMessage], start: int, end: int, results: list[int | BrokerError],

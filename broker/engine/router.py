@@ -79,6 +79,8 @@ class Subscription:
     delta: bool = False
     filter_text: str = ""
     wants_oof: bool = False
+    #: A delta subscription with ``no_empties``: an update that changes no field is not sent to it.
+    no_empties: bool = False
     since_ns: int = 0
     created_ns: int = field(default_factory=time.time_ns)
     window: Window | None = None

@@ -17,6 +17,7 @@ from broker import speedups
 from broker.errors import LocalProtocolError, NotAmpsError, RemoteProtocolError
 from broker.protocol._frames import Frame
 from broker.protocol._header import Buffer, Header, decode_header
+from broker.protocol.constants import is_reserved_topic
 
 __all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "ConnectionStatistics", "Sentinel"]
 
@@ -289,8 +290,11 @@ class Connection:
                 raise
             close = buf.find(b"}", start, end)
             # Only a header that really ends at the first "}" (so those bytes alone decode to it, as
-            # decode_header's own fast path argues), and none carrying a per-command field but "s".
-            if body_start == close + 1 and header.get("cmd_id") is None:
+            # decode_header's own fast path argues), and none carrying a per-command field but "s". Nor one
+            # with options or an /AMPS/ topic: the server checks those one command at a time, and a remembered
+            # publish header could take the publish batch without that check.
+            if body_start == close + 1 and header.get("cmd_id") is None and header.get("options") is None \
+                    and not is_reserved_topic(header.get("topic") or ""):
                 key = bytes(buf[start:body_start])
                 self._keep_header(key, header, _SEQ_FIELD.search(key) if b"\\" not in key else None)
         body = buf[body_start:end]

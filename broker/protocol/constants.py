@@ -10,7 +10,16 @@ encoder path without conversion.
 
 from __future__ import annotations
 
-__all__ = ["ACK_BITS", "AckType", "Command", "OofReason", "Reason", "Status", "parse_ack_types"]
+__all__ = ["ACK_BITS", "RESERVED_TOPIC_PREFIX", "AckType", "Command", "OofReason", "Reason", "Status",
+           "is_reserved_topic", "parse_ack_types"]
+
+#: Topics AMPS keeps for its own event messages (``/AMPS/ClientStatus``, ``/AMPS/SOWStats``...).
+RESERVED_TOPIC_PREFIX = "/AMPS/"
+
+
+def is_reserved_topic(topic: str) -> bool:
+    """Whether ``topic`` (a name or a regular expression) is one of AMPS's ``/AMPS/`` event topics."""
+    return topic.lstrip("^(").startswith(RESERVED_TOPIC_PREFIX)
 
 
 class Command:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from broker import speedups
 from broker.config.model import DEFAULT_SEQUENCE_JUMP_LIMIT
 from broker.engine.acks import PERSISTED_ONLY, ack_header, requested_acks
+from broker.engine.command_options import check_command
 from broker.engine.publish import DUPLICATE, PublishMessage
 from broker.errors import BrokerError, CommandError
 from broker.protocol import Header, encode_frame
@@ -212,7 +213,9 @@ class PublishBatch:
                 "<InactiveClientAckExpiration> if that is intended)")
 
     def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        """A publish that asked for acks the batch path does not answer (received, parsed...)."""
+        """A publish that asked for acks the batch path does not answer (received, parsed...), or that carries
+        options or an ``/AMPS/`` topic (refused here, once per command: the batch path never sees them)."""
+        check_command(header.get("command") or "publish", header)
         seq = header.get("seq")
         if seq:
             self._check_sequence(seq)

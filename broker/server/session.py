@@ -23,12 +23,14 @@ from broker.engine.acks import (
     journal_full_detail,
     requested_acks,
 )
+from broker.engine.command_options import check_command
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_sow_records
+from broker.protocol.constants import is_reserved_topic
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
@@ -353,7 +355,8 @@ class Session(PublishBatch):
                         return
                     header = frame.header
                     if header is plain or (header.command in PLAIN_PUBLISH and self.logged_on and (
-                            header.ack_type or "") in BATCH_ACKS):
+                            header.ack_type or "") in BATCH_ACKS and header.options is None
+                            and not is_reserved_topic(header.topic or "")):
                         plain = header
                         batch.append(frame)  # the hot path, without awaiting
                         continue
@@ -635,8 +638,11 @@ class Session(PublishBatch):
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
     def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        delta = header.get("command") == "delta_subscribe"
-        if header.get("bookmark") or self.broker.replays.get((self, header.get("sub_id") or "")):
+        command = header.get("command") or "subscribe"
+        delta = command == "delta_subscribe"
+        bookmarked = bool(header.get("bookmark") or self.broker.replays.get((self, header.get("sub_id") or "")))
+        check_command(command, header, bookmark=bookmarked)
+        if bookmarked:
             self.broker.bookmark_subscribe(self, header, acks, delta=delta)
             return
         guard = self._readable_unfiltered if self.grants is not None and not self.grants.reads_everything() else None
@@ -649,7 +655,8 @@ class Session(PublishBatch):
         self.ack(header, acks, "processed")
 
     async def _sow(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        command = header.get("command")
+        command = header.get("command") or "sow"
+        check_command(command, header)
         subscribe = command in ("sow_and_subscribe", "sow_and_delta_subscribe")
         delta = command == "sow_and_delta_subscribe"
         query_id = header.get("query_id") or header.get("cmd_id") or header.get("sub_id")
@@ -740,10 +747,12 @@ class Session(PublishBatch):
         return returned
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        check_command("sow_delete", header)
         if header.get("bookmark") and not body and not header.get("filter"):
-            # A queue acknowledgement (Client.ack): queues are not supported; accept harmlessly.
-            self.ack(header, acks, "processed")
-            return
+            # A queue acknowledgement (Client.ack, which asks for no ack): queues are not supported.
+            reason = ("header field bookmark is not supported by sow_delete: it acknowledges queue messages, and "
+                      "message queues are not supported; delete by filter, sow_keys or data")
+            raise CommandError(reason, reason)
         journal = self.broker.journal
         logged = journal is not None and self.broker.is_logged(header.get("topic") or "")
         if logged and self.broker.journal_disk_full:
