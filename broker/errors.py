@@ -110,6 +110,22 @@ class FilterError(CommandError):
         super().__init__("bad filter", f"{message}{where} in filter {text!r}" if text else message)
 
 
+class ParameterError(BrokerError):
+    """A request parameter's value cannot be used (an Admin action's query parameter that does not parse as
+    what the option it fills expects). Answered with HTTP 400; nothing runs.
+
+    Args:
+        parameter: The parameter's name, as sent.
+        message: What is wrong, what is expected, and that nothing ran.
+    """
+
+    reason = "bad parameter"
+
+    def __init__(self, parameter: str, message: str) -> None:
+        self.parameter = parameter
+        super().__init__(message)
+
+
 class StorageError(BrokerError):
     """A storage engine failed to read or write."""
 

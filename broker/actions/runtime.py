@@ -26,6 +26,14 @@ A run (:meth:`ActionRuntime.fire`, or the ``fire`` callable a trigger is handed)
   :class:`~broker.errors.BrokerError`); the steps after it are reported ``skipped``;
 * never raises: a module's exception is the run's failure, and the broker keeps serving.
 
+Before a run, a trigger that takes parameters (``amps-action-on-admin``'s query parameters) may call
+``fire.check(parameters)``: every option of the action's gates and steps that uses a parameter is substituted
+and parsed as the run would, and a value that does not parse raises :class:`~broker.errors.ParameterError`
+naming the parameter and what the option expects, so the request is refused (HTTP 400) before anything runs.
+An option that also uses a variable an earlier step sets is left to the run. :meth:`ActionRuntime.describe`
+lists the actions (triggers with their options, gates and steps, the variables they use) for
+``GET /amps/administrator/actions``.
+
 A trigger whose ``serve`` raises before it reports ``task_status.started()`` stops start-up with a
 :class:`~broker.actions.interface.ActionError`; one that raises later is logged, counted
 (``trigger_failures``) and no longer fires, while the rest of the broker keeps running.
@@ -50,12 +58,12 @@ from broker.actions.interface import (
     StepResult,
     Trigger,
 )
-from broker.actions.variables import builtin_variables, substitute
-from broker.errors import BrokerError, ConfigError, ConfigIssue
+from broker.actions.variables import BUILTIN_VARIABLES, builtin_variables, names_in, substitute
+from broker.errors import BrokerError, ConfigError, ConfigIssue, ParameterError
 from broker.options import OptionSet
 from broker.stats.snapshot import ActionOutcomes, ActionStats
 
-__all__ = ["OUTCOMES", "ActionRuntime", "StartedFlag", "run_module"]
+__all__ = ["OUTCOMES", "ActionDescription", "ActionRuntime", "Firing", "StartedFlag", "run_module"]
 
 log = logging.getLogger("broker.actions")
 
@@ -95,6 +103,55 @@ class _Action:
     last_start: float | None = None  # epoch seconds
     last_duration: float | None = None
     trigger_failures: int = 0
+
+
+@dataclass(frozen=True)
+class ActionDescription:
+    """One configured action, as ``GET /amps/administrator/actions`` lists it.
+
+    Attributes:
+        name: The action's name (its first ``On``'s ``Name``, else ``action-<n>``).
+        where: The ``<Action>`` element's file and line.
+        triggers: Each ``On``: its module name under ``"Module"`` and its options as written.
+        steps: Each ``If``/``Do`` as ``"if <module>"`` or ``"do <module>"``, in order.
+        variables: The ``{{NAME}}`` variables its gates and steps use, built-in ones left out, in first-use
+            order (a REST request's query parameters fill them; one not sent expands to ``""``).
+    """
+
+    name: str
+    where: str
+    triggers: tuple[Mapping[str, str], ...]
+    steps: tuple[str, ...]
+    variables: tuple[str, ...]
+
+
+class Firing:
+    """An action's ``fire``: ``await fire(variables)`` runs it; :meth:`check` vets a request's parameters first.
+
+    Args:
+        runtime: The runtime that runs it.
+        action: The action.
+    """
+
+    def __init__(self, runtime: ActionRuntime, action: _Action) -> None:
+        self._runtime = runtime
+        self._action = action
+
+    def __repr__(self) -> str:
+        return f"fire[{self._action.name}]"
+
+    async def __call__(self, variables: Mapping[str, str] | None = None) -> RunResult:
+        """Run the action now (see :meth:`ActionRuntime.fire`)."""
+        return await self._runtime._run(self._action, variables or {})
+
+    def check(self, parameters: Mapping[str, str]) -> None:
+        """Parse every option that uses one of ``parameters`` as the run would; runs nothing.
+
+        Raises:
+            ParameterError: a parameter makes an option unparsable; the message names the parameter, the option
+                and what it expects.
+        """
+        self._runtime._check_parameters(self._action, parameters)
 
 
 async def run_module(kind: str, name: str, obj: Gate | Step, options: Mapping[str, str],
@@ -141,6 +198,11 @@ async def run_module(kind: str, name: str, obj: Gate | Step, options: Mapping[st
         return StepResult(name, kind, "success", "" if said is None else str(said)), None
     except Exception as exc:  # a plugin's bug fails the run, never the broker
         return StepResult(name, kind, "failure", describe(exc)), None if isinstance(exc, BrokerError) else exc
+
+
+def _known(name: str, context: Mapping[str, str]) -> bool:
+    """Whether ``{{name}}`` has a value before the run starts (a parameter, a built-in, ``AMPS_BYTE_XX``)."""
+    return name in context or (name.startswith("AMPS_BYTE_") and len(name) == len("AMPS_BYTE_XX"))
 
 
 def describe(exc: BaseException) -> str:
@@ -244,12 +306,47 @@ class ActionRuntime:
         taken.add(name)
         return name
 
-    def _fire_for(self, action: _Action) -> Callable[..., Any]:
-        async def fire(variables: Mapping[str, str] | None = None) -> RunResult:
-            return await self._run(action, variables or {})
+    def _fire_for(self, action: _Action) -> Firing:
+        return Firing(self, action)
 
-        fire.__qualname__ = f"fire[{action.name}]"
-        return fire
+    def _check_parameters(self, action: _Action, parameters: Mapping[str, str]) -> None:
+        """Raise :class:`ParameterError` when a parameter makes one of ``action``'s options unparsable."""
+        context = {**parameters, **builtin_variables(self.host.instance_name, self.host.now())}
+        for module in action.steps:
+            if module.option_set is None:
+                continue
+            declared = {option.name: option for option in module.option_set}
+            for key, raw in module.options.items():
+                option = declared.get(key)
+                used = names_in(raw)
+                sent = [name for name in dict.fromkeys(used) if name in parameters and name not in BUILTIN_VARIABLES]
+                if option is None or not sent or not all(_known(name, context) for name in used):
+                    continue  # no parameter in it, or a variable an earlier step sets: the run parses it
+                value = substitute(raw, context)
+                try:
+                    option.parse_text(value)
+                except ValueError as exc:
+                    given = ", ".join(f"{name}={parameters[name]!r}" for name in sent)
+                    about = f" ({option.doc.rstrip('.')})" if option.doc else ""
+                    raise ParameterError(sent[0], (
+                        f"action {action.name!r}: query parameter {given} does not fit option <{key}>{about} of "
+                        f"{module.kind} {module.name}: {exc}. Nothing was run; send a value the option accepts."
+                    )) from None
+
+    def describe(self) -> list[ActionDescription]:
+        """Every configured action, in file order (for ``GET /amps/administrator/actions``)."""
+        described: list[ActionDescription] = []
+        for action in self._actions:
+            used = [name for module in action.steps for raw in module.options.values() for name in names_in(raw)]
+            described.append(ActionDescription(
+                name=action.name,
+                where=action.where,
+                triggers=tuple({"Module": t.name, **t.options} for t in action.triggers),
+                steps=tuple(f"{m.kind} {m.name}" for m in action.steps),
+                variables=tuple(name for name in dict.fromkeys(used)
+                                if name not in BUILTIN_VARIABLES and not name.startswith("AMPS_BYTE_")),
+            ))
+        return described
 
     # -- public ----------------------------------------------------------------------------------------
     @property

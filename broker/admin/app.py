@@ -10,7 +10,10 @@ Routes:
 * ``GET|POST /amps/administrator/<action>``: runs ``admin_actions[<action>]`` (e.g.
   ``actions/archive-journals``) and returns its text; ``/amps/administrator`` lists them. An
   :class:`AdminEndpoint` (what an ``amps-action-on-admin`` action registers) also receives the query
-  parameters and chooses the status (400 for a missing parameter, 409 when busy, 500 on failure).
+  parameters and chooses the status (400 for a missing or unparsable parameter, 409 when busy, 500 on failure).
+* ``GET /amps/administrator/actions``: JSON index of the actions: ``rest`` lists each REST-triggered one (its
+  path, name, description, required parameters, and the optional ones with their default), ``actions`` every
+  configured action (triggers with their options, gates and steps, variables used); see :func:`actions_index`.
 * ``GET /``: the web console (``/console/<file>``: its static files from ``broker/admin/static``, the AMPS
   JavaScript client under ``/console/vendor/``, ``/console/state.json`` and ``/console/history.json`` with an
   ``X-Statistics-Age`` header, see :mod:`broker.admin.console`).
@@ -33,9 +36,9 @@ from __future__ import annotations
 import gzip
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import orjson
@@ -47,11 +50,15 @@ from broker.admin.console import ConsoleView, history_points
 from broker.admin.html_view import render_node
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.admin.static_files import console_file
-from broker.errors import BrokerError
+from broker.errors import BrokerError, ParameterError
 from broker.stats.collector import make_registry
 from broker.stats.snapshot import BrokerSnapshot
 
-__all__ = ["SAMPLE_HEADER", "MAX_PATH_BYTES", "MAX_PATH_SEGMENTS", "MAX_QUERY_BYTES", "AdminAction", "AdminApp", "AdminEndpoint"]
+if TYPE_CHECKING:
+    from broker.actions.runtime import ActionDescription
+
+__all__ = ["SAMPLE_HEADER", "MAX_PATH_BYTES", "MAX_PATH_SEGMENTS", "MAX_QUERY_BYTES", "AdminAction", "AdminApp", "AdminEndpoint",
+           "actions_index"]
 
 log = logging.getLogger("broker.admin")
 
@@ -106,6 +113,8 @@ MAX_CACHED_RENDERINGS = 64
 SAMPLE_HEADER = b"x-statistics-sample"
 
 _ADMIN_PREFIX = "/amps/administrator"
+#: ``/amps/administrator/actions``: the JSON index of the actions (REST ones are served below it).
+_INDEX = "actions"
 _CONSOLE = "/console"
 _TEXT = "text/plain; charset=utf-8"
 
@@ -125,6 +134,8 @@ class AdminApp:
         sampler: The sampler to serve from (its owner runs it); by default one over ``source``, which
             the Admin server runs.
         console: The web console's view (which websocket transports its query panel may use).
+        actions_catalog: Returns every configured action (``ActionRuntime.describe``), for the
+            ``/amps/administrator/actions`` index; without it the index lists the REST actions only.
     """
 
     def __init__(
@@ -137,7 +148,9 @@ class AdminApp:
         runtime_metrics: bool = True,
         sampler: StatisticsSampler | None = None,
         console: ConsoleView | None = None,
+        actions_catalog: Callable[[], Sequence[ActionDescription]] | None = None,
     ) -> None:
+        self.actions_catalog = actions_catalog
         self.console = console if console is not None else ConsoleView()
         self.sampler = sampler if sampler is not None else StatisticsSampler(source, interval=interval)
         self.admin_actions: dict[str, AdminAction] = admin_actions if admin_actions is not None else {}
@@ -336,8 +349,16 @@ class AdminApp:
                 await _respond(send, 200, body, content_type, extra, head=method == "HEAD")
 
     async def _administrator(self, send: Send, name: str, query: bytes) -> None:
+        if name == _INDEX:
+            catalog = list(self.actions_catalog()) if self.actions_catalog is not None else None
+            body = orjson.dumps(actions_index(self.admin_actions, catalog), option=orjson.OPT_INDENT_2)
+            await _respond(send, 200, body + b"\n", "application/json")
+            return
         if not name:
             listing = "".join(_listing_line(n, a) for n, a in sorted(self.admin_actions.items()))
+            if listing and (self.actions_catalog is not None or any(n.startswith(_INDEX + "/")
+                                                                    for n in self.admin_actions)):
+                listing = f"{_ADMIN_PREFIX}/{_INDEX}  Index of the configured actions (JSON)\n" + listing
             await _respond(
                 send, 200, (listing or "No administrator actions are configured.\n").encode(), _TEXT
             )
@@ -354,6 +375,9 @@ class AdminApp:
                 status, result = await action.handler(_parameters(query))
             else:
                 result = await action()
+        except ParameterError as exc:
+            await _respond(send, 400, f"Action '{name}' refused: {exc}\n".encode(), _TEXT)
+            return
         except BrokerError as exc:
             log.warning("administrator action %s failed: %s", name, exc)
             await _respond(send, 500, f"Action '{name}' failed: {exc}\n".encode(), _TEXT)
@@ -363,6 +387,47 @@ class AdminApp:
             await _respond(send, 500, f"Action '{name}' crashed: {exc!r}\n".encode(), _TEXT)
             return
         await _respond(send, status, (result if result.endswith("\n") else result + "\n").encode(), _TEXT)
+
+
+def actions_index(admin_actions: Mapping[str, AdminAction],
+                  catalog: Sequence[ActionDescription] | None) -> dict[str, Any]:
+    """What ``GET /amps/administrator/actions`` answers.
+
+    Args:
+        admin_actions: The administrator actions by path (the REST ones are below ``actions/``).
+        catalog: Every configured action (``ActionRuntime.describe()``), or ``None`` when unknown.
+
+    Returns:
+        ``{"rest": [...], "actions": [...]}``: each REST action's ``path``, ``name``, ``description``,
+        ``action`` (the configured action it runs, when known), ``required`` parameter names and ``optional``
+        parameters (``{"name", "default"}``: the other variables its steps use; one not sent expands to the
+        empty string); and each configured action's ``name``, ``where``, ``triggers``, ``steps`` and
+        ``variables``.
+    """
+    by_path: dict[str, ActionDescription] = {}
+    for described in catalog or ():
+        for trigger in described.triggers:
+            if trigger.get("Path"):
+                by_path.setdefault(trigger["Path"].strip(), described)
+    rest: list[dict[str, Any]] = []
+    for key, action in sorted(admin_actions.items()):
+        if not key.startswith(_INDEX + "/"):
+            continue
+        path = key[len(_INDEX) + 1:]
+        endpoint = action if isinstance(action, AdminEndpoint) else None
+        runs = by_path.get(path)
+        required = list(endpoint.required) if endpoint is not None else []
+        rest.append({
+            "path": f"{_ADMIN_PREFIX}/{key}",
+            "name": (endpoint.name if endpoint is not None else "") or path,
+            "description": endpoint.description if endpoint is not None else "",
+            "action": runs.name if runs is not None else None,
+            "required": required,
+            "optional": [{"name": v, "default": ""} for v in (runs.variables if runs else ()) if v not in required],
+        })
+    actions = [{"name": a.name, "where": a.where, "triggers": [dict(t) for t in a.triggers], "steps": list(a.steps),
+                "variables": list(a.variables)} for a in catalog or ()]
+    return {"rest": rest, "actions": actions}
 
 
 def _amps_body(tree: dict[str, Any], segments: list[str], bare: str, as_json: bool) -> bytes | None:

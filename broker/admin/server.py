@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import hypercorn.trio
 import trio
@@ -26,6 +26,9 @@ from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import ConfigError
 from broker.security import Authenticator
 from broker.security.runtime import SecurityRuntime
+
+if TYPE_CHECKING:
+    from broker.actions.runtime import ActionDescription
 
 __all__ = ["serve_admin"]
 
@@ -100,6 +103,7 @@ async def serve_admin(
     certfile: str | None = None,
     keyfile: str | None = None,
     ciphers: str | None = None,
+    actions_catalog: Callable[[], Sequence[ActionDescription]] | None = None,
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
@@ -130,12 +134,14 @@ async def serve_admin(
         certfile: With ``keyfile``: serve HTTPS with this certificate chain (PEM).
         keyfile: The certificate's private key (PEM).
         ciphers: The OpenSSL cipher list for HTTPS.
+        actions_catalog: Every configured action (``ActionRuntime.describe``), for the
+            ``/amps/administrator/actions`` index.
 
     Raises:
         ConfigError: The address cannot be resolved or bound.
     """
     app = AdminApp(source, admin_actions=admin_actions, interval=interval, clock=clock, sampler=sampler,
-                   console=console)
+                   console=console, actions_catalog=actions_catalog)
     served: Any = app
     if security is not None:
         served = BasicAuth(app, security, authenticator, realm=realm, anonymous_paths=anonymous_paths)

@@ -615,7 +615,7 @@ class Broker:
                     console=ConsoleView(self.websocket_endpoints),
                     security=self.security, authenticator=self.security.admin, realm=admin.realm,
                     anonymous_paths=admin.anonymous_paths, certfile=admin.certificate, keyfile=admin.private_key,
-                    ciphers=admin.ciphers),
+                    ciphers=admin.ciphers, actions_catalog=self.actions.describe),
             admin.host, admin.port, self.sample_statistics)
         log.info("Admin HTTP server on %s://%s:%s", "https" if admin.certificate else "http", admin.host,
                  self.admin_port)

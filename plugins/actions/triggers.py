@@ -18,7 +18,8 @@
                                runs the action with the query parameters as variables and answers the
                                run's summary: 200 (success, or an ``If`` said no), 500 (a step failed),
                                409 (still running from an earlier request), 400 (a required parameter is
-                               missing or empty; nothing runs).
+                               missing or empty, or a parameter's value does not parse as the option it
+                               fills expects, e.g. ``AGE=banana`` for an interval; nothing runs).
 =============================  ===========================================================================
 """
 
@@ -35,6 +36,7 @@ from broker import hookimpl
 from broker.actions.host import admin_path
 from broker.actions.interface import ActionError, ActionHost, AdminRequest, Fire, RunResult, Trigger
 from broker.actions.schedule import next_fire, parse_schedule
+from broker.errors import ParameterError
 from broker.options import Option, OptionSet, text
 
 if TYPE_CHECKING:
@@ -231,6 +233,12 @@ class OnAdmin(Trigger):
                 refused = self.refusal(request)
                 if refused:
                     return 400, refused
+                check = getattr(fire, "check", None)  # the runtime's fire has it (broker.actions.runtime.Firing)
+                if check is not None:
+                    try:
+                        check(request.parameters)
+                    except ParameterError as exc:
+                        return 400, str(exc)
                 done = trio.Event()
                 results: list[RunResult] = []
 

@@ -371,6 +371,7 @@ async def test_administrator_actions_registry(nursery, source, http) -> None:
     assert failed.status == 500 and "disk on fire" in failed.text
     listing = await http(base)
     assert listing.text.splitlines() == [
+        "/amps/administrator/actions  Index of the configured actions (JSON)",
         "/amps/administrator/actions/archive",
         "/amps/administrator/actions/broken",
     ]
@@ -401,6 +402,7 @@ async def test_endpoints_get_query_parameters_and_choose_their_status(nursery, s
     assert (await http(f"{base}/actions/plain?ignored=1")).text == "plain\n"
     listing = await http(base)
     assert listing.text.splitlines() == [
+        "/amps/administrator/actions  Index of the configured actions (JSON)",
         "/amps/administrator/actions/archive  Archive Journals: Archive old journals (required parameters: AGE)",
         "/amps/administrator/actions/plain",
     ]

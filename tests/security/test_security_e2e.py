@@ -173,6 +173,11 @@ def test_the_admin_port_asks_for_credentials(secure_broker) -> None:
     status, _h, body = admin_get(port, "/amps/administrator/authorization/entitlement/reset",
                                  ("admin", USERS["admin"]))
     assert status == 200 and "entitlement file" in body
+    # The actions index is an administrator path: the same rules.
+    assert admin_get(port, "/amps/administrator/actions")[0] == 401
+    assert admin_get(port, "/amps/administrator/actions", ("admin", "bad"))[0] == 401
+    status, headers, body = admin_get(port, "/amps/administrator/actions", ("admin", USERS["admin"]))
+    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"rest": [], "actions": []})
     status, _h, body = admin_get(port, "/metrics", ("admin", USERS["admin"]))
     assert status == 200
     refusals = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
