@@ -3,10 +3,18 @@
 // over the broker's websocket transport. Plain browser JavaScript, no build step.
 'use strict';
 
-const POINTS = 120;
-const history = [];  // {t, in, out} per statistics sample
+const WINDOW_SECONDS = 600;  // the most the chart shows: the Admin port keeps the same ten minutes of samples
+const MIN_WINDOW_SECONDS = 60;  // the least: a young broker's few samples are not squeezed into a corner
+let interval = 2;  // <Admin><Interval> seconds (set from the server)
+let points = 301;  // the most points kept: WINDOW_SECONDS / interval + 1
+const history = [];  // {taken_at, in, out} per statistics sample, oldest first
 let lastTaken = null;
 let websockets = [];
+// Topics not named in the config are counted together under this name (see the footnote in index.html).
+const OTHER = '_other';
+const OTHER_TITLE = 'Every topic not named in the config (its SOW or TransactionLog topics), counted together: ' +
+  'topic names become metric labels, and one label per topic a client publishes to would grow the metrics ' +
+  'without bound. Name a topic in the config to count it on its own.';
 
 const $ = (sel) => document.querySelector(sel);
 const el = (tag, attrs = {}, ...children) => {
@@ -31,6 +39,43 @@ function fillTable(id, rows) {
   body.replaceChildren(...rows);
 }
 
+function setPoints(seconds) {
+  if (!(seconds > 0)) return;
+  interval = seconds;
+  points = Math.max(2, Math.ceil(WINDOW_SECONDS / interval) + 1);
+}
+
+// The age of the sample a response shows (X-Statistics-Age): "sample late" past twice the interval.
+function showAge(age, state) {
+  const late = $('#sample-late');
+  const every = state.interval_setting;
+  if (every > 0 && age > 2 * every) {
+    late.textContent = `sample late (${age.toFixed(1)} s)`;
+    late.title = `The newest statistics sample is ${age.toFixed(1)} s old; <Admin><Interval> is ${every} s. ` +
+      `The last sample took ${num(state.sample_duration, 2)} s: the broker's event loop is busy.`;
+    late.hidden = false;
+  } else {
+    late.hidden = true;
+  }
+}
+
+function topicRow(t) {
+  const other = t.name === OTHER;
+  const totals = `${num(t.messages_received)} received · ${num(t.messages_delivered)} delivered since start`;
+  return el('tr', { 'data-topic': t.name, title: other ? `${OTHER_TITLE}\n${totals}` : totals },
+    el('td', { class: 'name' }, other ? el('span', { class: 'other' }, `${OTHER} (unlisted topics)`) : t.name),
+    el('td', { class: 'num sow-records' }, num(t.sow_records)),
+    el('td', { class: 'num in-rate' }, num(t.in_per_sec, 1)), el('td', { class: 'num out-rate' }, num(t.out_per_sec, 1)));
+}
+
+function journalRow(f, i, files) {
+  const current = files.findIndex((g) => g.state === 'current');
+  const label = f.state === 'current' ? '◀ current'
+    : f.state === 'preallocated' ? `preallocated${current >= 0 && i === current + 1 ? ' (next)' : ''}` : f.state;
+  return el('tr', { 'data-file': f.name, 'data-state': f.state, class: f.state === 'current' ? 'current' : '' },
+    el('td', {}, f.name), el('td', { class: `state-${f.state}` }, label), el('td', { class: 'num' }, bytes(f.size)));
+}
+
 function render(state) {
   $('#instance-name').textContent = state.instance.name || '';
   $('#instance-meta').textContent = `v${state.instance.version} · pid ${state.instance.pid} · up ${ago(state.instance.start_time).replace(' ago', '')}`;
@@ -39,10 +84,8 @@ function render(state) {
   $('#total-clients').textContent = state.totals.clients;
   websockets = state.websockets || [];
 
-  fillTable('topics', state.topics.map((t) => el('tr', { 'data-topic': t.name },
-    el('td', {}, t.name), el('td', { class: 'num sow-records' }, num(t.sow_records)),
-    el('td', { class: 'num in-rate' }, num(t.in_per_sec, 1)), el('td', { class: 'num out-rate' }, num(t.out_per_sec, 1)),
-    el('td', { class: 'num' }, num(t.messages_received)), el('td', { class: 'num' }, num(t.messages_delivered)))));
+  fillTable('topics', state.topics.map(topicRow));
+  $('#other-note').hidden = !state.topics.some((t) => t.name === OTHER);
 
   fillTable('clients', state.clients.map((c) => el('tr', { 'data-client': c.name },
     el('td', {}, c.name || c.id), el('td', {}, c.remote), el('td', { class: 'num queued' }, bytes(c.queued_bytes)),
@@ -55,30 +98,34 @@ function render(state) {
   if (j) {
     $('#journal-summary').textContent = `last sequence ${num(j.last_sequence)} · durable ${num(j.durable_sequence)} · ` +
       `${bytes(j.bytes)} on disk${j.disk_full ? ' · DISK FULL: publishes to logged topics are refused' : ''}`;
-    fillTable('journal', j.files.slice().reverse().map((f) => el('tr', {},
-      el('td', {}, f.name), el('td', { class: `state-${f.state}` }, f.state), el('td', { class: 'num' }, bytes(f.size)))));
+    // Oldest to newest, as the log is written: the current file, then the preallocated ones after it.
+    fillTable('journal', j.files.map(journalRow));
   }
-  fillTable('actions', state.actions.map((a) => el('tr', { 'data-action': a.name },
+  fillTable('actions', state.actions.length === 0 ? [el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'no actions configured'))]
+    : state.actions.map((a) => el('tr', { 'data-action': a.name },
     el('td', {}, a.name), el('td', { class: 'num' }, num(a.runs)), el('td', { class: 'num' }, num(a.failures)),
     el('td', {}, ago(a.last_run_start)), el('td', { class: 'num' }, a.last_run_duration === null ? '–' : `${a.last_run_duration.toFixed(2)} s`),
     el('td', {}, a.running ? 'running' : ''))));
 
-  if (state.taken_at !== lastTaken && state.interval) {
-    history.push({ in: state.totals.in_per_sec, out: state.totals.out_per_sec });
-    if (history.length > POINTS) history.shift();
-    drawChart();
+  setPoints(state.interval_setting);
+  if (state.taken_at !== lastTaken && state.interval && !history.some((p) => p.taken_at === state.taken_at)) {
+    history.push({ taken_at: state.taken_at, in: state.totals.in_per_sec, out: state.totals.out_per_sec });
+    while (history.length > points) history.shift();
   }
   lastTaken = state.taken_at;
+  drawChart(state);
 }
 
-function drawChart() {
+function drawChart(state) {
   const svg = $('#rate-chart');
   const W = 800, H = 180, pad = 6;
   const peak = Math.max(1, ...history.map((p) => Math.max(p.in, p.out)));
   const step = 10 ** Math.floor(Math.log10(peak * 1.25));
   const top = Math.ceil((peak * 1.25) / step) * step;  // headroom, rounded to a readable figure
   // The newest point at the right edge; older ones scroll left.
-  const x = (i) => W - pad - (W - 2 * pad) * ((history.length - 1 - i) / (POINTS - 1));
+  // As wide as the history (one minute at least, ten at most): the newest point at the right edge.
+  const span = Math.min(points, Math.max(Math.ceil(MIN_WINDOW_SECONDS / interval) + 1, history.length)) - 1;
+  const x = (i) => W - pad - (W - 2 * pad) * ((history.length - 1 - i) / span);
   const y = (v) => H - pad - (H - 2 * pad) * (v / top);
   const line = (key, color, width) => {
     const d = history.map((p, i) => `${i ? 'L' : 'M'}${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`).join(' ');
@@ -91,14 +138,36 @@ function drawChart() {
   // out drawn wide underneath, in thin on top: equal rates (one subscriber) stay both visible.
   svg.replaceChildren(line('out', '#d2691e', 5), line('in', '#2b7bb9', 2));
   const last = history[history.length - 1];
+  if (!last) return;
   svg.dataset.lastIn = last.in; svg.dataset.lastOut = last.out; svg.dataset.points = history.length;
-  $('#chart-scale').textContent = `top of the chart: ${num(top, 1)}/s · one point per statistics sample`;
+  const every = state && state.interval_setting ? ` (every ${num(state.interval_setting, 0)} s` +
+    `${state.sample_duration !== null && state.sample_duration !== undefined ? `, the last took ${num(state.sample_duration, 2)} s` : ''})` : '';
+  const minutes = (span * interval) / 60;
+  $('#chart-start').textContent = `${minutes >= 1 ? `${num(minutes, minutes % 1 ? 1 : 0)} min` : `${num(span * interval)} s`} ago`;
+  $('#chart-scale').textContent = `top: ${num(top, 1)}/s · one point per statistics sample${every}`;
+}
+
+// The last ten minutes the Admin port kept: drawn at once, before the first live state.
+async function loadHistory() {
+  try {
+    const r = await fetch('/console/history.json', { cache: 'no-store' });
+    if (!r.ok) return;
+    const h = await r.json();
+    setPoints(h.interval_setting);
+    history.splice(0, history.length, ...h.points.slice(-points).map((p) => ({ taken_at: p.taken_at, in: p.in, out: p.out })));
+    $('#rate-chart').dataset.historyPoints = history.length;  // drawn before the first live state
+    if (history.length) drawChart(null);
+  } catch (e) { /* the broker is restarting: the live states fill the chart */ }
 }
 
 async function poll() {
   try {
     const r = await fetch('/console/state.json', { cache: 'no-store' });
-    if (r.ok) render(await r.json());
+    if (r.ok) {
+      const state = await r.json();
+      render(state);
+      showAge(Number(r.headers.get('x-statistics-age') || 0), state);
+    }
   } catch (e) { /* the broker is restarting: try again */ }
   setTimeout(poll, 1000);
 }
@@ -183,4 +252,4 @@ async function run(event) {
 
 $('#query-form').addEventListener('submit', run);
 $('#query-stop').addEventListener('click', () => { stop(); status('stopped'); });
-poll();
+loadHistory().then(poll);
