@@ -94,7 +94,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                   f"{', TLS' + (' with client certificates' if t.tls.verify_client else '') if t.tls else ''}")
     if config.admin:
         admin_auth = security.admin.name if security is not None and security.admin is not None else "none"
-        print(f"  admin: http://{config.admin.host}:{config.admin.port}/ (authentication {admin_auth})")
+        scheme = "https" if config.admin.certificate else "http"
+        print(f"  admin: {scheme}://{config.admin.host}:{config.admin.port}/ (authentication {admin_auth})")
     for s in config.sow_topics:
         storage = s.storage_engine + (f" {s.file_name}" if s.file_name else "")
         keys = ",".join(s.keys) or "(user-supplied SowKey)"
