@@ -40,6 +40,7 @@ _SUBSCRIBE = frozenset({"subscribe", "delta_subscribe"})
 _SOW_AND_SUBSCRIBE = frozenset({"sow_and_subscribe", "sow_and_delta_subscribe"})
 _DELTA = frozenset({"delta_subscribe", "sow_and_delta_subscribe"})
 _QUERIES = frozenset({"sow"}) | _SOW_AND_SUBSCRIBE
+_PUBLISHES = frozenset({"publish", "delta_publish"})
 #: The commands whose options are checked here.
 COMMANDS = ("subscribe", "delta_subscribe", "sow", "sow_and_subscribe", "sow_and_delta_subscribe", "sow_delete",
             "publish", "delta_publish")
@@ -134,7 +135,7 @@ def check_command(command: str, header: Mapping[str, Any], *, bookmark: bool = F
     Raises:
         CommandError: ``invalid topic`` for ``/AMPS/...``; ``invalid options`` naming the option; a reason
             naming the header field for ``top_n``, ``skip_n``, ``orderby`` or ``sow_keys`` on a command that
-            runs no query (the official client raises CommandException with that text).
+            runs no query but a publish (the official client raises CommandException with that text).
     """
     topic = header.get("topic")
     if isinstance(topic, str) and is_reserved_topic(topic):
@@ -151,7 +152,7 @@ def check_command(command: str, header: Mapping[str, Any], *, bookmark: bool = F
             why = option_problem(command, name, value, bookmark=bookmark)
             if why is not None:
                 raise CommandError(INVALID_OPTIONS, f"option {name}={value!r} refused: {why}")
-    if command not in _QUERIES:
+    if command not in _QUERIES and command not in _PUBLISHES:  # a publish's fields are read on the batch path
         for field, key, takes in QUERY_ONLY_FIELDS:
             if command not in takes and header.get(field) is not None:
                 reason = (f"header field {key} is not supported by {command}: it shapes sow query results; "

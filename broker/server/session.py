@@ -748,7 +748,7 @@ class Session(PublishBatch):
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         check_command("sow_delete", header)
-        if header.get("bookmark") and not body and not header.get("filter"):
+        if header.get("bookmark"):
             # A queue acknowledgement (Client.ack, which asks for no ack): queues are not supported.
             reason = ("header field bookmark is not supported by sow_delete: it acknowledges queue messages, and "
                       "message queues are not supported; delete by filter, sow_keys or data")
