@@ -5,14 +5,21 @@ Lifecycle, hypercorn-style: we bind the listening socket ourselves (so a busy po
 and report the bound port through ``task_status``. Cancelling the caller's scope closes the listener and
 every connection; ``shutdown_trigger`` returning instead stops accepting and lets in-flight requests
 finish within ``graceful_timeout``.
+
+With HTTPS, the accept loop is ours (:func:`_serve_tls`: hypercorn's trio worker loop over our listener, each
+connection still served by hypercorn's ``TCPServer``) so that a plain ``http://`` request to the https port is
+seen: it is logged once per client address and answered with a plain-text 400 saying to use ``https://``
+(:mod:`broker.security.plain_http`), where hypercorn alone closes it without a word.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import hypercorn.trio
@@ -25,6 +32,7 @@ from broker.admin.console import ConsoleView
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.errors import ConfigError
 from broker.security import Authenticator
+from broker.security.plain_http import PlainHttpNotices, answer_plain_http, is_plain_http, url_host
 from broker.security.runtime import SecurityRuntime
 
 if TYPE_CHECKING:
@@ -149,10 +157,12 @@ async def serve_admin(
         _check_certificate(certfile, keyfile, ciphers)
     sock = await _bind(host, port)
     bound_port: int = sock.getsockname()[1]
+    tls = certfile is not None and keyfile is not None
 
     config = HypercornConfig()
-    # Hypercorn adopts the descriptor (and listens on it); detach so only one object owns it.
-    config.bind = [f"fd://{sock.detach()}"]
+    if not tls:
+        # Hypercorn adopts the descriptor (and listens on it); detach so only one object owns it.
+        config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = logging.getLogger("broker.admin.access") if access_log else None
     # A Logger (not "-") keeps hypercorn from installing its own stderr handler: our logging config rules.
     config.errorlog = logging.getLogger("broker.admin.http")
@@ -161,8 +171,8 @@ async def serve_admin(
     config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES
     config.graceful_timeout = GRACEFUL_TIMEOUT_SECONDS
     config.include_server_header = False
-    if certfile is not None and keyfile is not None:
-        config.certfile, config.keyfile = certfile, keyfile  # hypercorn then serves the bound socket with TLS
+    if tls:
+        config.certfile, config.keyfile = certfile, keyfile  # hypercorn's SSL context (ALPN, TLS 1.2+)
         if ciphers:
             config.ciphers = ciphers
 
@@ -171,8 +181,124 @@ async def serve_admin(
             nursery.start_soon(app.sampler.run)
 
         async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            await hypercorn.trio.serve(served, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+            if tls:
+                shown = url_host(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+                notices = PlainHttpNotices(f"the https Admin port {bound_port}", f"use https://{shown}:{bound_port}/")
+                await _serve_tls(served, config, sock, notices, shutdown_trigger=shutdown_trigger,
+                                 task_status=task_status)
+            else:
+                await hypercorn.trio.serve(served, config, shutdown_trigger=shutdown_trigger,
+                                           task_status=task_status)
             nursery.cancel_scope.cancel()  # stopped gracefully: the sampler stops with it
 
         await nursery.start(serve)
         task_status.started(bound_port)
+
+
+class _TLSConnection(trio.abc.Stream):
+    """A TLS server connection as hypercorn's ``TCPServer`` uses one (an ``SSLStream``: ``do_handshake``,
+    ``selected_alpn_protocol``, ``transport_stream``), whose handshake tells a plain HTTP client what to do.
+
+    Args:
+        transport: The accepted TCP connection.
+        context: The server's SSL context.
+        notices: Where plain HTTP clients are logged (once per address).
+    """
+
+    def __init__(self, transport: trio.SocketStream, context: ssl.SSLContext, notices: PlainHttpNotices) -> None:
+        self.transport_stream = transport
+        self._tls = trio.SSLStream(transport, context, server_side=True, https_compatible=True)
+        self._notices = notices
+
+    async def do_handshake(self) -> None:
+        """The TLS handshake; plain HTTP instead is logged (once per address), answered with a plain-text 400
+        and closed.
+
+        Raises:
+            trio.BrokenResourceError: the handshake failed (hypercorn then drops the connection).
+        """
+        try:
+            await self._tls.do_handshake()
+        except trio.BrokenResourceError as exc:
+            if not is_plain_http(exc):
+                await trio.aclose_forcefully(self.transport_stream)
+                raise
+            local = self.transport_stream.socket.getsockname()
+            use = f"use https://{url_host(str(local[0]))}:{local[1]}/"
+            self._notices.note(str(self.transport_stream.socket.getpeername()[0]), use)
+            await answer_plain_http(self.transport_stream, f"This is the https Admin port of the broker: {use}")
+            raise
+
+    def selected_alpn_protocol(self) -> str | None:
+        """The protocol ALPN chose (``http/1.1`` or ``h2``), as ``SSLStream`` answers."""
+        return self._tls.selected_alpn_protocol()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._tls.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._tls.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._tls.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self._tls.aclose()
+
+
+class _TLSListener(trio.abc.Listener[_TLSConnection]):
+    """Accepts TCP connections and wraps each in a :class:`_TLSConnection` (the handshake runs later, in the
+    connection's own task, as with ``trio.SSLListener``)."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, notices: PlainHttpNotices) -> None:
+        self._listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        self._context = context
+        self._notices = notices
+
+    async def accept(self) -> _TLSConnection:
+        return _TLSConnection(await self._listener.accept(), self._context, self._notices)
+
+    async def aclose(self) -> None:
+        await self._listener.aclose()
+
+
+async def _serve_tls(app: Any, config: HypercornConfig, sock: socket.socket, notices: PlainHttpNotices, *,
+                     shutdown_trigger: Callable[[], Awaitable[object]] | None,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve HTTPS on the bound ``sock`` as ``hypercorn.trio.serve`` does (its worker loop, its per-connection
+    ``TCPServer``) but through :class:`_TLSListener`. The ASGI lifespan protocol is not run: the Admin app has
+    nothing to start or stop.
+    """
+    from hypercorn.trio.tcp_server import TCPServer
+    from hypercorn.trio.worker_context import WorkerContext
+    from hypercorn.typing import ConnectionState
+    from hypercorn.utils import ShutdownError, raise_shutdown, wrap_app
+
+    context = config.create_ssl_context()
+    assert context is not None, "TLS is configured"
+    sock.setblocking(False)
+    sock.listen(config.backlog)
+    listener = _TLSListener(sock, context, notices)
+    worker = WorkerContext(None)
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    async with trio.open_nursery() as server_nursery:
+        task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                if shutdown_trigger is not None:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                nursery.start_soon(raise_shutdown, worker.terminate.wait)
+                nursery.start_soon(partial(
+                    trio.serve_listeners,
+                    partial(TCPServer, wrapped, config, worker, ConnectionState({})),
+                    [listener],
+                    handler_nursery=server_nursery,
+                ))
+                await trio.sleep_forever()
+        except BaseExceptionGroup as error:
+            _, others = error.split(ShutdownError)
+            if others is not None:
+                raise others from None
+        finally:
+            await worker.terminated.set()
+            server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

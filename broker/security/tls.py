@@ -16,6 +16,10 @@ import trio
 
 from broker.config.model import TlsConfig
 from broker.errors import ConfigError
+from broker.security.plain_http import PlainHttpNotices, answer_plain_http, is_plain_http
+
+#: Plain HTTP clients told about, per transport name (a transport's own bound on addresses).
+_PLAIN_HTTP: dict[str, PlainHttpNotices] = {}
 
 __all__ = ["handshake", "server_context"]
 
@@ -70,6 +74,9 @@ async def handshake(stream: trio.SSLStream[Any], remote: str, transport: str, ti
             await stream.do_handshake()
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            if is_plain_http(exc):
+                await _tell_plain_http(stream, remote, transport)
+                return False
             cause = exc.__cause__ or exc
             detail = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or cause
             log.warning("TLS handshake from %s on transport %s failed: %s", remote, transport, detail)
@@ -77,3 +84,21 @@ async def handshake(stream: trio.SSLStream[Any], remote: str, transport: str, ti
         log.warning("TLS handshake from %s on transport %s did not finish within %gs", remote, transport, timeout)
     await trio.aclose_forcefully(stream)
     return False
+
+
+async def _tell_plain_http(stream: trio.SSLStream[Any], remote: str, transport: str) -> None:
+    """A plain HTTP request reached the TLS transport ``transport``: log it once per client address and answer a
+    plain-text 400 saying to connect with TLS (see :mod:`broker.security.plain_http`)."""
+    raw = stream.transport_stream
+    try:
+        port = raw.socket.getsockname()[1]
+    except OSError:
+        port = "?"
+    notices = _PLAIN_HTTP.get(transport)
+    if notices is None:
+        notices = _PLAIN_HTTP[transport] = PlainHttpNotices(
+            f"the TLS transport {transport} (port {port})",
+            "connect with TLS: tcps:// for AMPS clients, wss:// for websocket ones")
+    notices.note(remote.rpartition(":")[0] or remote)
+    await answer_plain_http(raw, f"This port (transport {transport}) speaks AMPS over TLS, not plain HTTP: connect "
+                                 "with TLS (tcps:// for AMPS clients, wss:// for websocket ones).")
