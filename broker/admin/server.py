@@ -26,6 +26,13 @@ import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
 
+# hypercorn's own pieces of its trio worker loop, for _serve_tls (tests/security/test_security_plain_http.py and
+# tests/admin/test_admin_security.py serve HTTPS through them: an incompatible hypercorn fails there).
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown, wrap_app
+
 from broker.admin.app import AdminAction, AdminApp
 from broker.admin.auth import BasicAuth
 from broker.admin.console import ConsoleView
@@ -269,11 +276,6 @@ async def _serve_tls(app: Any, config: HypercornConfig, sock: socket.socket, not
     ``TCPServer``) but through :class:`_TLSListener`. The ASGI lifespan protocol is not run: the Admin app has
     nothing to start or stop.
     """
-    from hypercorn.trio.tcp_server import TCPServer
-    from hypercorn.trio.worker_context import WorkerContext
-    from hypercorn.typing import ConnectionState
-    from hypercorn.utils import ShutdownError, raise_shutdown, wrap_app
-
     context = config.create_ssl_context()
     assert context is not None, "TLS is configured"
     sock.setblocking(False)

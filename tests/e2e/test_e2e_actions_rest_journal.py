@@ -65,6 +65,10 @@ def test_rest_archive_with_age_0s_archives_and_says_what_it_did(
     status, body = get(broker, "/amps/administrator/actions/archive_journals")
     assert status == 400 and "AGE" in body
     assert not list((tmp_path / "archive").glob("*.journal*"))  # refused: nothing ran
+    status, body = get(broker, "/amps/administrator/actions/archive_journals?AGE=banana")
+    assert status == 400, body  # was a 500 (the step's option failed to parse mid-run)
+    assert "AGE='banana'" in body and "<Age>" in body and "is not an interval" in body, body
+    assert not list((tmp_path / "archive").glob("*.journal*"))  # refused: nothing ran
 
     status, body = get(broker, "/amps/administrator/actions/archive_journals?AGE=0s")
     assert status == 200, body
