@@ -350,8 +350,13 @@ class AdminApp:
 
     async def _administrator(self, send: Send, name: str, query: bytes) -> None:
         if name == _INDEX:
-            catalog = list(self.actions_catalog()) if self.actions_catalog is not None else None
-            body = orjson.dumps(actions_index(self.admin_actions, catalog), option=orjson.OPT_INDENT_2)
+            try:
+                catalog = list(self.actions_catalog()) if self.actions_catalog is not None else None
+                body = orjson.dumps(actions_index(self.admin_actions, catalog), option=orjson.OPT_INDENT_2)
+            except Exception as exc:
+                log.exception("listing the actions failed")
+                await _respond(send, 500, f"Listing the actions failed: {exc!r}\n".encode(), _TEXT)
+                return
             await _respond(send, 200, body + b"\n", "application/json")
             return
         if not name:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import socket
 from functools import partial
@@ -12,8 +13,9 @@ import trio
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.actions.runtime import ActionDescription
 from broker.admin import AdminEndpoint, serve_admin
-from broker.errors import ConfigError
+from broker.errors import ConfigError, ParameterError
 from broker.stats.snapshot import counts
 
 pytestmark = pytest.mark.timeout(30)
@@ -410,6 +412,47 @@ async def test_endpoints_get_query_parameters_and_choose_their_status(nursery, s
 
 async def _text(value: str) -> str:
     return value
+
+
+async def test_the_actions_index_and_parameter_errors(nursery, source, http) -> None:
+    calls: list[str] = []
+
+    async def refuse(parameters) -> tuple[int, str]:
+        calls.append("refuse")
+        raise ParameterError("N", f"N={parameters.get('N')!r} is not a whole number")
+
+    catalog = [
+        ActionDescription("Refuser", "c.xml:3", ({"Module": "amps-action-on-admin", "Path": "refuse"},),
+                          ("do step-a",), ("N", "Note")),
+        ActionDescription("nightly", "c.xml:9", ({"Module": "amps-action-on-schedule", "Every": "02:30"},),
+                          ("do step-b",), ()),
+    ]
+    actions = {"actions/refuse": AdminEndpoint(refuse, name="Refuser", description="Refuses", required=("N",)),
+               "actions/plain": lambda: _text("plain"), "authorization/authentication/reset": lambda: _text("ok")}
+    port = await nursery.start(partial(serve_admin, "127.0.0.1", 0, source, admin_actions=actions,
+                                       actions_catalog=lambda: catalog))
+    base = f"http://127.0.0.1:{port}/amps/administrator"
+
+    refused = await http(f"{base}/actions/refuse?N=x")  # a ParameterError from an endpoint is the client's: 400
+    assert (refused.status, refused.text) == (400, "Action 'actions/refuse' refused: N='x' is not a whole number\n")
+    index = await http(f"{base}/actions")
+    assert index.status == 200 and index.headers["content-type"] == "application/json"
+    assert json.loads(index.text) == {
+        "rest": [
+            {"path": "/amps/administrator/actions/plain", "name": "plain", "description": "", "action": None,
+             "required": [], "optional": []},
+            {"path": "/amps/administrator/actions/refuse", "name": "Refuser", "description": "Refuses",
+             "action": "Refuser", "required": ["N"], "optional": [{"name": "Note", "default": ""}]},
+        ],
+        "actions": [
+            {"name": "Refuser", "where": "c.xml:3", "triggers": [{"Module": "amps-action-on-admin", "Path": "refuse"}],
+             "steps": ["do step-a"], "variables": ["N", "Note"]},
+            {"name": "nightly", "where": "c.xml:9",
+             "triggers": [{"Module": "amps-action-on-schedule", "Every": "02:30"}], "steps": ["do step-b"],
+             "variables": []},
+        ],
+    }
+    assert calls == ["refuse"]  # listing runs nothing
 
 
 # ------------------------------------------------------------------------------------------------
