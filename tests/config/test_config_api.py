@@ -21,7 +21,8 @@ def test_public_names() -> None:
 
 def test_load_config_signature() -> None:
     params = inspect.signature(broker.config.load_config).parameters
-    assert list(params) == ["path", "env"] and params["env"].default is None
+    assert list(params) == ["path", "env", "check_files"] and params["env"].default is None
+    assert params["check_files"].kind is inspect.Parameter.KEYWORD_ONLY and params["check_files"].default is False
 
 
 def test_unit_error_is_a_config_error_and_a_value_error() -> None:
