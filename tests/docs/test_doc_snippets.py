@@ -238,6 +238,19 @@ def run_block(block: Block, home: Path, amps_js: Path | None = None) -> str:
     return done.stdout
 
 
+def group_gone(pgid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until no process of the group is left; whether none is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def serve_block(block: Block, home: Path) -> str:
     """Start a block that serves, wait for the broker's ``ready`` line, SIGTERM it; returns its output."""
     timeout = float(block.items.get("timeout") or DEFAULT_TIMEOUT)
@@ -255,9 +268,11 @@ def serve_block(block: Block, home: Path) -> str:
             time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(15)
+        group_gone(proc.pid, 15)  # the shell may end first: wait for the broker it started
     finally:
-        if proc.poll() is None:
+        if not group_gone(proc.pid, 0):
             os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
             proc.wait()
     text = out.read_text(errors="replace")
     assert "broker stopped" in text, f"{block.where}: the broker did not stop cleanly on SIGTERM:\n{text[-3000:]}"
@@ -438,3 +453,15 @@ def test_the_security_modules_example_through_modules(tmp_path: Path) -> None:
         finally:
             client.close()
         assert "refused write" in proc.log(), proc.log()[-3000:]
+
+
+def test_a_serve_block_starts_and_stops_the_broker(tmp_path: Path) -> None:
+    """``serve``: the broker comes up on the moved ports and stops cleanly; one that cannot start fails."""
+    ports = free_ports()
+    block = Block("page.md", 1, "bash", rewrite_ports("broker serve configs/quickstart.xml\n", ports), "snippet",
+                  {"serve": ""})
+    out = serve_block(block, snippet_dir(tmp_path / "a", ports))
+    assert f"listening on 127.0.0.1:{ports[9007]}" in out
+    broken = Block("page.md", 2, "bash", "broker serve configs/missing.xml\n", "snippet", {"serve": ""})
+    with pytest.raises(AssertionError, match="before the broker was ready"):
+        serve_block(broken, snippet_dir(tmp_path / "b", ports))
