@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(scope="module")
 def tls_ports(tmp_path_factory: pytest.TempPathFactory):
     directory = tmp_path_factory.mktemp("plain-http")
-    ca = make_ca(directory, "test-ca")
+    ca = make_ca(directory, "plain-http-ca")  # its own name: AMPS.ssl_init() keeps one context per process
     cert, key = ca.issue("server", server=True)
     admin_port, tls_port = free_port(), free_port()
     extra = f"""<Admin><InetAddr>127.0.0.1:{admin_port}</InetAddr><Interval>1s</Interval>
