@@ -38,6 +38,7 @@ Each runnable or checked block is one test, ``test_snippet[docs/file.md:LINE]``;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -284,7 +285,7 @@ def serve_block(block: Block, home: Path) -> str:
 @pytest.mark.parametrize("doc", [str(p.relative_to(ROOT)) for p in DOCS])
 def test_every_block_is_run_or_marked(doc: str) -> None:
     problems = [f"{b.where} {b.problem()}" for b in blocks_of((ROOT / doc).read_text(), doc) if b.problem()]
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join([*problems, "(the markers: the docstring of tests/docs/test_doc_snippets.py)"])
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.where) for b in checked_blocks()])
@@ -299,7 +300,7 @@ def test_snippet(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -
                                        if "needs-broker" in block.items else None)
     ports = broker.ports if broker is not None else free_ports()
     home = snippet_dir(tmp_path / "home", ports)
-    block.code = rewrite_ports(block.code, ports)
+    block = dataclasses.replace(block, code=rewrite_ports(block.code, ports))
     if "serve" in block.items:
         serve_block(block, home)
         return
