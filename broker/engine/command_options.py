@@ -138,7 +138,9 @@ def check_command(command: str, header: Mapping[str, Any], *, bookmark: bool = F
             runs no query but a publish (the official client raises CommandException with that text).
     """
     topic = header.get("topic")
-    if isinstance(topic, str) and is_reserved_topic(topic):
+    # A publish names a topic (``^/AMPS/x`` is an ordinary name); the other commands may give a regular expression.
+    if isinstance(topic, str) and (topic.startswith(RESERVED_TOPIC_PREFIX) if command in _PUBLISHES
+                                   else is_reserved_topic(topic)):
         raise CommandError("invalid topic", f"{topic!r} is one of AMPS's /AMPS/ event topics (ClientStatus, "
                            "SOWStats...), which this broker does not publish yet")
     text = header.get("options")

@@ -17,7 +17,7 @@ from broker import speedups
 from broker.errors import LocalProtocolError, NotAmpsError, RemoteProtocolError
 from broker.protocol._frames import Frame
 from broker.protocol._header import Buffer, Header, decode_header
-from broker.protocol.constants import is_reserved_topic
+from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 
 __all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "ConnectionStatistics", "Sentinel"]
 
@@ -294,7 +294,7 @@ class Connection:
             # with options or an /AMPS/ topic: the server checks those one command at a time, and a remembered
             # publish header could take the publish batch without that check.
             if body_start == close + 1 and header.get("cmd_id") is None and header.get("options") is None \
-                    and not is_reserved_topic(header.get("topic") or ""):
+                    and not (header.get("topic") or "").startswith(RESERVED_TOPIC_PREFIX):
                 key = bytes(buf[start:body_start])
                 self._keep_header(key, header, _SEQ_FIELD.search(key) if b"\\" not in key else None)
         body = buf[body_start:end]

@@ -30,7 +30,7 @@ from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_sow_records
-from broker.protocol.constants import is_reserved_topic
+from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
@@ -356,7 +356,7 @@ class Session(PublishBatch):
                     header = frame.header
                     if header is plain or (header.command in PLAIN_PUBLISH and self.logged_on and (
                             header.ack_type or "") in BATCH_ACKS and header.options is None
-                            and not is_reserved_topic(header.topic or "")):
+                            and not (header.topic or "").startswith(RESERVED_TOPIC_PREFIX)):
                         plain = header
                         batch.append(frame)  # the hot path, without awaiting
                         continue
