@@ -1,9 +1,12 @@
 """Journal records to pyarrow RecordBatches of the source's schema, one journal file at a time.
 
 Needs pyarrow, not pyspark: executors call :func:`file_batches` for their partition. Records are read with
-:class:`~broker.txlog.reader.JournalReader` (record format, CRC checks, plain, archived and ``.zst`` files,
-damaged ranges passed over and logged), pinned to the one file of the partition, looked up again by index
-when maintenance archived or compressed it after planning.
+:class:`~broker.txlog.reader.JournalReader` (record format, CRC checks, plain, archived and ``.zst`` files),
+pinned to the one file of the partition, looked up again by index when maintenance archived or compressed it
+after planning. A damaged record (bad bytes with valid records after them) fails the read, naming the file,
+the byte offset and the sequences around it, unless the slice skips damage: then the range is passed over,
+logged and reported (:data:`SkippedRange`). A torn tail (bad bytes ending a file: a record being written, or
+cut by a crash) ends the file's records either way, as it does for the broker's own replays.
 
 The batches' Arrow types are exactly those Spark expects for the declared schema (``timestamp`` as
 ``timestamp[us, tz=UTC]``, ``seq`` as ``int64``, ``data`` as ``string`` or ``binary``): a batch of other
@@ -13,7 +16,7 @@ types would be refused or converted column by column.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,6 +25,7 @@ from broker.errors import JournalError
 from broker.spark.location import JournalLocation
 from broker.spark.selection import Selection
 from broker.txlog.bookmarks import ReplayStart
+from broker.txlog.damage import DamageCounter, DamagedRange
 from broker.txlog.errors import JournalDamageError
 from broker.txlog.reader import JournalReader
 from broker.txlog.records import Record
@@ -30,6 +34,13 @@ log = logging.getLogger("broker.spark")
 
 #: Records per Arrow batch.
 BATCH_ROWS = 32_768
+
+#: A damaged range a read skipped: ``(file index, offset, bytes, records lost, path, last good sequence,
+#: first good sequence)``.
+SkippedRange = tuple[int, int, int, int, str, int, int]
+
+#: ``until_sequence`` of a read to the end that must stop at damage (the reader stops only with a bound).
+_NO_END = (1 << 63) - 1
 
 #: The columns, as a Spark DDL string (``data`` is ``string`` or ``binary``, see :func:`ddl`).
 COLUMNS = (
@@ -105,28 +116,65 @@ class FileSlice:
         hint: ``(sequence, offset)``: a record boundary in the file at or before the first record wanted
             (the stream reader knows where the previous micro-batch ended), ``None`` to search.
         bounded: Never read past ``selection.until_sequence`` (a micro-batch: the records after it may be
-            half-written) and stop at damage (:class:`~broker.txlog.errors.JournalDamageError`) rather than
-            pass over it as a batch read does.
+            half-written).
+        skip_damaged: Pass over damaged records (logged, reported) instead of failing the read.
     """
 
     index: int
     selection: Selection
     hint: tuple[int, int] | None = None
     bounded: bool = False
+    skip_damaged: bool = False
 
 
-def file_records(location: JournalLocation, part: FileSlice) -> Iterator[Record]:
+class _Collecting(DamageCounter):
+    """A reader's damage counter that keeps the ranges it counts, as :data:`SkippedRange` tuples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ranges: list[SkippedRange] = []
+
+    def add(self, damage: DamagedRange, file_index: int) -> bool:
+        new = super().add(damage, file_index)
+        if new:
+            self.ranges.append((file_index, damage.offset, damage.size, damage.records, str(damage.path),
+                                damage.last_good_sequence, damage.first_good_sequence or 0))
+        return new
+
+
+def _damage_error(exc: JournalDamageError) -> JournalError:
+    """``exc`` with what a Spark reader can do about it."""
+    located = JournalDamageError(exc.path, exc.offset, exc.end, exc.detail, exc.last_good_sequence,
+                                 exc.first_good_sequence, hint=False)
+    return JournalError(
+        f"{located}. Run `broker journal verify {exc.path}` to list the damage and `broker journal repair "
+        f"{exc.path}` to move it aside, or read past it with .option('damaged', 'skip') "
+        "(`broker spark ... --skip-damaged`), which leaves the damaged records out and reports them"
+    )
+
+
+def file_records(location: JournalLocation, part: FileSlice,
+                 skipped: Callable[[list[SkippedRange]], None] | None = None) -> Iterator[Record]:
     """The records of one partition, in sequence order.
 
+    Args:
+        location: Where the journal is.
+        part: The partition.
+        skipped: Called with the damaged ranges passed over (``part.skip_damaged``), once the file is read.
+
     Raises:
-        JournalError: The file was removed, or is damaged where a bounded (streaming) read needs it.
+        JournalError: The file was removed, or holds a damaged record (unless ``part.skip_damaged``): the
+            message names the file, the byte offset and the sequences around it.
     """
     sel = part.selection
     keep = sel.record_test()
     attempts = 0
+    # Without a bound the reader passes over damage; with one it stops there (the broker's "stop" policy).
+    until = None if part.skip_damaged else (sel.until_sequence if part.bounded else _NO_END)
     while True:
         jf = location.file(part.index)
         reader = JournalReader.from_files([jf])
+        counter = reader.damage = _Collecting()
         by_sequence = sel.from_ns is None or sel.after_sequence > 0
         start = ReplayStart.after(sel.after_sequence) if by_sequence else ReplayStart.since(sel.from_ns or 0)
         if part.hint is not None and by_sequence and part.hint[1] > 0:
@@ -136,14 +184,14 @@ def file_records(location: JournalLocation, part: FileSlice) -> Iterator[Record]
                 reader.index.note(jf.index, min(part.hint[0], sel.after_sequence + 1), first[1], part.hint[1])
         produced = 0
         try:
-            for rec in reader.records(start, until_sequence=sel.until_sequence if part.bounded else None):
+            for rec in reader.records(start, until_sequence=until):
                 if sel.past_end(rec):
                     break
                 if keep(rec):
                     produced += 1
                     yield rec
-        except JournalDamageError:
-            raise
+        except JournalDamageError as exc:
+            raise _damage_error(exc) from None
         except JournalError:
             # Moved between the look-up and the open (compressed, archived): look it up again, unless
             # records were already produced (then the error is real).
@@ -154,14 +202,17 @@ def file_records(location: JournalLocation, part: FileSlice) -> Iterator[Record]
         finally:
             for problem in reader.problems:
                 log.warning("%s", problem)
+        if skipped is not None and counter.ranges:
+            skipped(counter.ranges)
         return
 
 
-def file_batches(location: JournalLocation, part: FileSlice, binary: bool = False) -> Iterator[pa.RecordBatch]:
+def file_batches(location: JournalLocation, part: FileSlice, binary: bool = False,
+                 skipped: Callable[[list[SkippedRange]], None] | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`file_records` as RecordBatches of at most :data:`BATCH_ROWS` rows."""
     publisher = location.publisher
     chunk: list[Record] = []
-    for rec in file_records(location, part):
+    for rec in file_records(location, part, skipped):
         chunk.append(rec)
         if len(chunk) >= BATCH_ROWS:
             yield to_batch(chunk, publisher, binary)

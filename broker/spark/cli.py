@@ -2,15 +2,22 @@
 
 The parser is built without importing pyspark (``broker --help`` works without the extra); the jobs import
 it when they run. Progress is Spark's console progress bar (stage and task counts on stderr) plus one log
-line per step. Under ``spark-submit`` the same commands run through :mod:`broker.spark.submit`, which
-leaves the master to spark-submit.
+line per step; each job ends with a line of what it did (rows, files, seconds). Under ``spark-submit`` the
+same commands run through :mod:`broker.spark.submit`, which leaves the master to spark-submit.
+
+A config's relative paths are resolved from ``--workdir`` (default: the current directory), as ``broker
+serve`` resolves them from the directory it was started in. A journal with no file there, and a damaged
+record (without ``--skip-damaged``), fail the job with exit status 2 and a message saying where.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("broker.spark")
@@ -36,19 +43,33 @@ def add_jobs(parser: argparse.ArgumentParser, *, default_master: str | None = "l
                                       "comma-separated")
         j.add_argument("--master", default=default_master, help=master_help)
         j.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
+        j.add_argument("--workdir", metavar="DIR",
+                       help="the directory the broker was started in: the config's relative paths (JournalDirectory, "
+                            "JournalArchiveDirectory) are taken from it, as broker serve does (default: the "
+                            "current directory)")
+        j.add_argument("--skip-damaged", action="store_true",
+                       help="leave damaged journal records out and report how many (default: a damaged record "
+                            "fails the job, naming the file and offset)")
         j.set_defaults(func=run)
+
+    def output(j: argparse.ArgumentParser) -> None:
+        from broker.spark.jobs import FILE_ROWS
+
+        j.add_argument("--out", required=True, help="the output directory (replaced)")
+        j.add_argument("--rows-per-file", type=int, default=FILE_ROWS, metavar="N",
+                       help=f"rows per Parquet file, at most (default {FILE_ROWS:,})")
 
     j = jobs.add_parser("sow-at", help="the SOW of a topic as of a time, as Parquet")
     common(j)
     j.add_argument("--topic", required=True)
     j.add_argument("--at", required=True, help="a UTC timestamp YYYYmmddTHHMMSS[.fraction][Z]")
-    j.add_argument("--out", required=True, help="the output directory (replaced)")
+    output(j)
     j = jobs.add_parser("export", help="journal records as Parquet partitioned by date")
     common(j)
     j.add_argument("--topic", help="a topic name or regular expression (default: all)")
     j.add_argument("--from", dest="start", help="a bookmark or UTC timestamp (default: the beginning)")
     j.add_argument("--to", dest="end", help="a bookmark or UTC timestamp, inclusive (default: the end)")
-    j.add_argument("--out", required=True, help="the output directory (replaced)")
+    output(j)
     j = jobs.add_parser("stats", help="messages, bytes and distinct keys per topic and hour")
     common(j)
     j.add_argument("--topic", help="a topic name or regular expression (default: all)")
@@ -68,50 +89,93 @@ def _conf(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one job (``args.spark_command``); prints what it did."""
+    """Run one job (``args.spark_command``); prints what it did.
+
+    Raises:
+        BrokerError: A wrong path, time, topic or option, no journal file where the config says, or a
+            damaged record (without ``--skip-damaged``).
+    """
     from broker.spark import jobs
     from broker.spark.session import build_session
 
-    _check(args)  # bad paths, times and topics fail here, before Spark starts
+    path, workdir = _check(args)  # bad paths, times and topics fail here, before Spark starts
     started = time.monotonic()
     log.info("starting Spark (master %s)", args.master or "from spark-submit")
     spark = build_session(args.master or "", f"broker spark {args.spark_command}", _conf(args.conf))
-    log.info("Spark %s ready in %.1f s; reading %s", spark.version, time.monotonic() - started, args.config)
-    if args.spark_command == "sow-at":
-        count = jobs.write_sow_at(spark, args.config, args.topic, args.at, args.out)
-        print(f"sow-at {args.at}: {count} records of {args.topic} written to {args.out}")
-    elif args.spark_command == "export":
-        df = jobs.export(spark, args.config, args.topic, args.start, args.end)
-        df.write.mode("overwrite").partitionBy("date").parquet(args.out)
-        written = spark.read.parquet(args.out)
-        days = written.select("date").distinct().count()
-        print(f"export: {written.count()} records in {days} date partition(s) written to {args.out}")
-    else:
-        rows = jobs.stats(spark, args.config, args.topic)
-        _print_stats(rows)
-        if args.plot:
-            jobs.plot_stats(rows, args.plot)
-            print(f"plot written to {args.plot}")
+    log.info("Spark %s ready in %.1f s; reading %s (relative paths from %s)", spark.version,
+             time.monotonic() - started, path, workdir)
+    skipped = jobs.SkippedDamage(spark) if args.skip_damaged else None
+    read = {"workdir": workdir, "skipped": skipped}
+    try:
+        if args.spark_command == "sow-at":
+            w = jobs.write_sow_at(spark, path, args.topic, args.at, args.out, rows_per_file=args.rows_per_file,
+                                  **read)
+            print(f"sow-at {args.at}: {w.rows} rows of {args.topic} in {w.files} file(s) written to {args.out} "
+                  f"in {w.seconds:.1f} s")
+        elif args.spark_command == "export":
+            w = jobs.write_export(spark, path, args.out, args.topic, args.start, args.end,
+                                  rows_per_file=args.rows_per_file, **read)
+            print(f"export: {w.rows} rows in {w.files} file(s), {w.partitions} date partition(s), written to "
+                  f"{args.out} in {w.seconds:.1f} s")
+        else:
+            begun = time.monotonic()
+            rows = jobs.stats(spark, path, args.topic, **read)
+            _print_stats(rows)
+            if args.plot:
+                jobs.plot_stats(rows, args.plot)
+                print(f"plot written to {args.plot}")
+            print(f"stats: {sum(r.messages for r in rows)} records, {len({r.topic for r in rows})} topic(s), "
+                  f"{len({r.hour for r in rows})} hour(s) in {time.monotonic() - begun:.1f} s")
+    except Exception as exc:
+        raise _plain(exc) from None
+    if skipped is not None:
+        print(skipped.summary())
     log.info("done in %.1f s", time.monotonic() - started)
     return 0
 
 
-def _check(args: argparse.Namespace) -> None:
+#: A broker error in the Python traceback Spark wraps an executor's (or planner's) failure in.
+_BROKER_ERROR = re.compile(r"\bbroker\.(?:\w+\.)+\w*(?:Error|Exception): ([^\n]+)")
+
+
+def _plain(exc: Exception) -> Exception:
+    """A broker error that failed a Spark task or plan, as a BrokerError with its own message; others as is."""
+    from broker.errors import BrokerError
+
+    if isinstance(exc, BrokerError):
+        return exc
+    found = _BROKER_ERROR.findall(str(exc))
+    return BrokerError(found[-1].strip()) if found else exc
+
+
+def _check(args: argparse.Namespace) -> tuple[str, str]:
     """Resolve the journal and parse the options on the driver, so that mistakes are reported plainly.
 
+    Returns:
+        The path to read (absolute) and the working directory its config's relative paths are taken from.
+
     Raises:
-        BrokerError: The path, a time, a bookmark or the topic regular expression is wrong.
+        BrokerError: The path, a time, a bookmark or the topic regular expression is wrong, or the journal
+            has no file where the path says.
     """
+    from broker.errors import BrokerError
     from broker.spark.location import locate
     from broker.spark.selection import Selection
     from broker.txlog.bookmarks import parse_timestamp
 
-    location = locate(args.config)
-    if not location.files():
-        log.warning("no journal files in %s", ", ".join(location.directories))
+    workdir = str(Path(args.workdir or os.getcwd()).resolve())
+    if args.workdir and not Path(workdir).is_dir():
+        raise BrokerError(f"--workdir {args.workdir}: no such directory")
+    if getattr(args, "rows_per_file", 1) < 1:
+        raise BrokerError(f"--rows-per-file {args.rows_per_file}: give a positive number of rows")
+    parts = [p.strip() for p in args.config.split(",") if p.strip()]
+    # Absolute, so that Spark's planner (another process, maybe another directory) reads the same files.
+    path = ",".join(str(Path(p).resolve()) for p in parts) if parts else args.config
+    locate(path, workdir=workdir).require_files()
     Selection.from_options(args.topic, getattr(args, "start", None), getattr(args, "end", None))
     if args.spark_command == "sow-at":
         parse_timestamp(args.at)
+    return path, workdir
 
 
 def _print_stats(rows: list[Any]) -> None:

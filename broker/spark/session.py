@@ -3,13 +3,17 @@ registered."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+from broker.spark import READ_SETTINGS
 
 #: Settings every session gets (``docs/spark.md`` explains each).
 SETTINGS = {
     # The source pushes filters down; without this, Spark 4 refuses every read of a source that can.
-    "spark.sql.python.filterPushdown.enabled": "true",
+    **READ_SETTINGS,
     # Hours, dates and --at are UTC, as journal timestamps are.
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -24,6 +28,10 @@ def build_session(master: str = "local[*]", app_name: str = "broker", conf: Mapp
             in this process (``spark-submit`` and tests create it first); its settings are then applied.
         app_name: The application name shown by the cluster.
         conf: More settings (they win over :data:`SETTINGS`).
+
+    A new local-mode session's Python workers (the data source's planner and readers) run this process's
+    interpreter: ``PYSPARK_PYTHON`` is set to it when unset. Spark would run ``python3`` from ``PATH``, which
+    outside an activated virtual environment may lack pyarrow and the broker.
 
     Raises:
         BrokerError: pyspark is not installed.
@@ -43,6 +51,8 @@ def build_session(master: str = "local[*]", app_name: str = "broker", conf: Mapp
             active.conf.set(key, settings[key])
         register(active)
         return active
+    if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable  # read by SparkContext (and its JVM) at start
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)

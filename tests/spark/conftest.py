@@ -1,10 +1,23 @@
-"""One local[2] SparkSession for every Spark test of the run (UI off, two shuffle partitions), and journals
-written with the broker's own JournalWriter."""
+"""The Spark tests' session, isolated from test to test, and journals written with the broker's JournalWriter.
+
+Every test here is marked ``spark`` (``-m spark`` runs the lane, ``-m 'not spark'`` leaves it out).
+
+One ``local[2]`` SparkSession (UI off, two shuffle partitions) serves the run, but a test cannot break it
+for the others: pytest-timeout's signal interrupts a test in the middle of a py4j call, which leaves that
+thread's py4j connection waiting for an answer that the next call then reads (``KeyError: 'm'``,
+``SparkSession does not exist in the JVM``). So after a failed test its connection is closed, its Spark
+jobs cancelled and its streaming queries stopped; and before each test the session is checked (a value
+echoed by the JVM) and, when it is dead (the JVM crashed or exited), replaced by a new one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,16 +28,127 @@ from broker.config.model import TransactionLogConfig  # noqa: E402
 from broker.spark.session import build_session  # noqa: E402
 from broker.txlog import JournalWriter  # noqa: E402
 
+log = logging.getLogger("tests.spark")
+
+HERE = Path(__file__).parent
+
+#: The tests' session settings.
+TEST_SETTINGS = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+def _alive(session: Any) -> bool:
+    """Whether the session answers, and answers this call (not an earlier one's stale reply)."""
+    nonce = random.randrange(1, 1 << 30)
+    try:
+        return (session._jvm.java.lang.Integer.valueOf(nonce) == nonce
+                and not session.sparkContext._jsc.sc().isStopped())
+    except Exception:  # noqa: BLE001 - whatever py4j raises, the session is not usable
+        return False
+
+
+def _close_thread_connection() -> None:
+    """Close this thread's py4j connection: an interrupted call may have left an answer unread on it."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    client = getattr(gateway, "_gateway_client", None)
+    connection = client.get_thread_connection() if hasattr(client, "get_thread_connection") else None
+    if connection is not None:
+        connection.close(reset=True)
+
+
+def _discard() -> None:
+    """Forget a dead session and its JVM, so that the next build starts a new one."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    for step in (lambda: SparkContext._active_spark_context.stop(), lambda: gateway.shutdown()):
+        with contextlib.suppress(Exception):  # it is dead already
+            step()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+
+
+class SparkSessions:
+    """The run's SparkSession: built on first use, freed after a failed test, replaced when dead."""
+
+    def __init__(self) -> None:
+        self.session: Any = None
+        #: How many dead sessions were replaced.
+        self.replaced = 0
+
+    def get(self) -> Any:
+        if self.session is not None and not _alive(self.session):
+            log.warning("the SparkSession no longer answers (a test before broke it): starting a new one")
+            _discard()
+            self.session = None
+            self.replaced += 1
+        if self.session is None:
+            self.session = build_session("local[2]", "broker-tests", TEST_SETTINGS)
+        return self.session
+
+    def after_failure(self) -> None:
+        """Free what a failed test may have left running: its connection, its jobs, its streams."""
+        if self.session is None:
+            return
+        _close_thread_connection()
+        with contextlib.suppress(Exception):  # dead: get() replaces it
+            for query in self.session.streams.active:
+                query.stop()
+            self.session.sparkContext.cancelAllJobs()
+
+    def stop(self) -> None:
+        if self.session is not None:
+            if _alive(self.session):
+                self.session.stop()
+            else:
+                _discard()
+            self.session = None
+
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    session = build_session("local[2]", "broker-tests", {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.ui.showConsoleProgress": "false",
-    })
-    yield session
-    session.stop()
+def spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The run's SparkSession, checked alive (replaced if not); a failed test's leftovers are freed after it."""
+    yield spark_sessions.get()
+    if request.node.stash.get(_FAILED, False):
+        spark_sessions.after_failure()
 
 
 @pytest.fixture(scope="session")

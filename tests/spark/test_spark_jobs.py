@@ -102,7 +102,8 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sow_at(config: Path, at: str, out: Path) -> dict[str, str]:
-    assert broker_main(["spark", "sow-at", str(config), "--topic", "orders", "--at", at, "--out", str(out)]) == 0
+    assert broker_main(["spark", "sow-at", str(config), "--workdir", str(config.parent), "--topic", "orders",
+                        "--at", at, "--out", str(out)]) == 0
     import pyarrow.parquet as pq
 
     table = pq.read_table(out).to_pylist()
@@ -121,7 +122,7 @@ def test_sow_at_matches_what_the_broker_sow_held_at_each_time(spark, recorded, o
 
 
 def _export_args(config: Path, taken: list) -> list[str]:
-    return ["export", str(config), "--topic", "orders", "--to", taken[1][0]]
+    return ["export", str(config), "--workdir", str(config.parent), "--topic", "orders", "--to", taken[1][0]]
 
 
 def test_export_writes_every_record_partitioned_by_date(spark, recorded, outputs: Path) -> None:
@@ -139,14 +140,14 @@ def test_export_writes_every_record_partitioned_by_date(spark, recorded, outputs
 def test_stats_table_and_plot(spark, recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config, _taken = recorded
     plot = tmp_path / "stats.png"
-    assert broker_main(["spark", "stats", str(config), "--plot", str(plot)]) == 0
+    assert broker_main(["spark", "stats", str(config), "--workdir", str(config.parent), "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     records = [r for _p, r in iter_records([config.parent / "journal"])]
     orders = [r for r in records if r.topic == "orders"]
     assert f"{len([r for r in records if r.topic == 'events'])}" in out
     from broker.spark.jobs import stats
 
-    rows = stats(spark, str(config))
+    rows = stats(spark, str(config), workdir=str(config.parent))
     by_topic = {t: [r for r in rows if r.topic == t] for t in ("orders", "events")}
     assert sum(r.messages for r in by_topic["orders"]) == len(orders)
     assert sum(r.bytes for r in by_topic["orders"]) == sum(len(r.data) for r in orders)
@@ -227,7 +228,7 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_local_results(spark, rec
 
             at = taken[1][0]
             jobs = {
-                "sow-1": ["sow-at", str(config), "--topic", "orders", "--at", at],
+                "sow-1": ["sow-at", str(config), "--workdir", str(config.parent), "--topic", "orders", "--at", at],
                 "export": _export_args(config, taken),
             }
             # Both jobs in one application ("+"): one driver and executor start-up.

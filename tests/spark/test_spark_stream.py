@@ -114,7 +114,8 @@ def test_stream_of_a_running_broker_across_rollover_and_its_archive_compress_act
         client.connect(broker.uri)
         client.logon(5000)
         _publish(client, 0, 50)
-        query = (spark.readStream.format("amps-journal").load(str(broker.config_path)).writeStream
+        query = ((spark.readStream.format("amps-journal").option("workdir", str(broker.cwd))
+                  .load(str(broker.config_path))).writeStream
                  .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime="1 second").start())
         try:
@@ -138,7 +139,8 @@ def test_stream_of_a_running_broker_across_rollover_and_its_archive_compress_act
         client.close()
     finally:
         broker.stop()
-    again = (spark.readStream.format("amps-journal").load(str(broker.config_path)).writeStream
+    again = ((spark.readStream.format("amps-journal").option("workdir", str(broker.cwd))
+                  .load(str(broker.config_path))).writeStream
              .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     assert again.awaitTermination(120) and again.exception() is None
