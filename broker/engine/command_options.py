@@ -92,6 +92,18 @@ QUERY_ONLY_FIELDS = (("top_n", "top_n", _QUERIES), ("skip_n", "skip_n", _QUERIES
                      ("sow_keys", "sow_keys", _QUERIES | {"sow_delete"}))
 
 
+#: Header fields of AMPS's command reference (older versions) that the broker does not implement: refused on every
+#: command but a publish, naming what to use instead. The codec keeps them aside (``Header.extra``).
+UNSUPPORTED_FIELDS: dict[str, str] = {
+    "data_only": "deliveries always carry their header",
+    "send_empty": "use the no_empties option of a delta subscription",
+    "send_oof": "use the oof option",
+    "send_keys": "use the send_keys option of a delta subscription",
+    "send_subscription_ids": "deliveries always carry their subscription ids (sids)",
+    "max_msgs": "a subscription has no message limit; unsubscribe instead",
+}
+
+
 def option_problem(command: str, name: str, value: str | None, *, bookmark: bool = False) -> str | None:
     """Why ``command`` cannot take option ``name`` (``value``: its text after ``=``, ``None`` for a bare
     word), or ``None`` when the broker does what AMPS documents for it.
@@ -135,7 +147,8 @@ def check_command(command: str, header: Mapping[str, Any], *, bookmark: bool = F
     Raises:
         CommandError: ``invalid topic`` for ``/AMPS/...``; ``invalid options`` naming the option; a reason
             naming the header field for ``top_n``, ``skip_n``, ``orderby`` or ``sow_keys`` on a command that
-            runs no query but a publish (the official client raises CommandException with that text).
+            runs no query, and for the fields of :data:`UNSUPPORTED_FIELDS`, except on a publish (the official
+            client raises CommandException with that text).
     """
     topic = header.get("topic")
     # A publish names a topic (``^/AMPS/x`` is an ordinary name); the other commands may give a regular expression.
@@ -154,7 +167,16 @@ def check_command(command: str, header: Mapping[str, Any], *, bookmark: bool = F
             why = option_problem(command, name, value, bookmark=bookmark)
             if why is not None:
                 raise CommandError(INVALID_OPTIONS, f"option {name}={value!r} refused: {why}")
-    if command not in _QUERIES and command not in _PUBLISHES:  # a publish's fields are read on the batch path
+    if command in _PUBLISHES:  # a publish's other fields are read on the batch path, not checked
+        return
+    extra = getattr(header, "extra", None)
+    if extra:
+        for key in sorted(extra):
+            why = UNSUPPORTED_FIELDS.get(key)
+            if why is not None:
+                reason = f"header field {key} is not supported by {command}: {why}"
+                raise CommandError(reason, reason)
+    if command not in _QUERIES:
         for field, key, takes in QUERY_ONLY_FIELDS:
             if command not in takes and header.get(field) is not None:
                 reason = (f"header field {key} is not supported by {command}: it shapes sow query results; "

@@ -78,3 +78,15 @@ def test_the_codec_remembers_only_headers_the_batch_may_take(header: dict[str, s
     conn.next_publishes(batch, None, frozenset({"publish"}), frozenset({""}))
     assert first.header.command == "publish"
     assert len(batch) == (2 if remembered else 0)
+
+
+def test_older_header_fields_are_refused_naming_them_but_not_on_a_publish() -> None:
+    conn = Connection()
+    payload = b'{"c":"subscribe","t":"orders","cid":"1","send_empty":"false"}'
+    conn.receive_data(len(payload).to_bytes(4, "big") + payload)
+    header = conn.next_event().header
+    assert dict(header.extra) == {"send_empty": "false"}
+    with pytest.raises(CommandError) as info:
+        check_command("delta_subscribe", header)
+    assert info.value.reason.startswith("header field send_empty is not supported by delta_subscribe")
+    check_command("publish", header)
