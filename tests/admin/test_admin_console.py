@@ -257,3 +257,37 @@ def test_console_in_chromium_draws_history_on_load_and_lists_journal_files_in_or
         client.close()
         watcher.close()
         broker.stop()
+
+
+@needs_browser
+async def test_console_in_chromium_says_when_the_sample_is_late(nursery: trio.Nursery, browser: Any) -> None:
+    """A sample that never finishes (the event loop too busy for it, here a source that hangs): once the newest
+    sample is older than twice <Admin><Interval>, the page says so, with its age."""
+    from .conftest import SyntheticSource
+
+    source = SyntheticSource()
+    calls = 0
+
+    async def hangs_from_the_sixth_sample() -> Any:
+        nonlocal calls
+        calls += 1
+        if calls >= 6:
+            await trio.sleep_forever()
+        return source()
+
+    sampler = StatisticsSampler(hangs_from_the_sixth_sample, interval=1.0)
+    port = await nursery.start(partial(serve_admin, sampler=sampler), "127.0.0.1", 0, source)
+    await nursery.start(sampler.run)
+    await trio.to_thread.run_sync(browser.get, f"http://127.0.0.1:{port}/")
+
+    def late() -> tuple[bool, str]:
+        return tuple(browser.execute_script(
+            "const e = document.getElementById('sample-late'); return [e.hidden, e.textContent]"))
+
+    assert (await trio.to_thread.run_sync(late))[0], "on time while samples arrive"
+    with trio.fail_after(30):
+        while (shown := await trio.to_thread.run_sync(late))[0]:
+            await trio.sleep(0.2)
+    text = shown[1]
+    assert text.startswith("sample late (") and text.endswith(" s)"), text
+    assert float(text.removeprefix("sample late (").removesuffix(" s)")) > 2.0
