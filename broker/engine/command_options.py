@@ -66,7 +66,7 @@ SUPPORTED: dict[str, frozenset[str]] = {
 BOOKMARK_ONLY = frozenset({"pause", "resume", "rate", "bookmark_not_found", "live"})
 #: Options written ``name=value``; every other option is a bare word.
 VALUED = frozenset({"top_n", "skip_n", "grouping", "projection", "rate", "bookmark_not_found", "conflation",
-                    "conflation_key", "select", "max_backlog", "rate_max_gap", "pull"})
+                    "conflation_key", "select", "max_backlog", "rate_max_gap"})
 #: ``bookmark_not_found`` values.
 BOOKMARK_NOT_FOUND = ("now", "epoch", "fail")
 
@@ -81,7 +81,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
                      "message once it is in the transaction log",
     "rate_max_gap": "a replay rate has no gap limit here; use rate alone",
     "max_backlog": "message queues are not supported",
-    "pull": "message queues are not supported",
     "cancel": "message queues are not supported",
     "expire": "a sow_delete here deletes (OOF reason deleted); expiring records on demand is not supported",
 }

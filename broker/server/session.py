@@ -23,7 +23,7 @@ from broker.engine.acks import (
     journal_full_detail,
     requested_acks,
 )
-from broker.engine.command_options import check_command
+from broker.engine.command_options import INVALID_OPTIONS, check_command
 from broker.engine.queries import QueryPlan
 from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
@@ -485,6 +485,9 @@ class Session(PublishBatch):
             else:
                 self.broker.counters.publishes_refused_storage += 1
             _refusal_log(refused, self, command, exc)
+        elif command in PLAIN_PUBLISH and exc.reason in _CHECKED_REASONS:
+            # A publisher sending options or to an /AMPS/ topic is refused per message: summarised, not a log storm.
+            _refusal_log("checked", self, command, exc)
         elif isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
         else:
@@ -857,6 +860,8 @@ FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
 #: Failure reasons that mean "not written, nothing applied": what could not be written (the
 #: ``publishes_refused_*`` counter and the summary log line of each).
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
+#: Reasons of publishes refused by :func:`~broker.engine.command_options.check_command` (logged in summary too).
+_CHECKED_REASONS = frozenset({INVALID_OPTIONS, "invalid topic"})
 #: Seconds between two summary lines about refused publishes of the same kind.
 REFUSAL_LOG_INTERVAL = 10.0
 #: Per kind: when the last line was logged, and the refusals since then.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from broker.engine.command_options import option_problem
+from broker.engine.command_options import NOT_IMPLEMENTED, SUPPORTED, option_problem
 from tests.e2e.conftest import Collector
 from tests.e2e.raw_amps import Raw, frame
 
@@ -68,6 +68,15 @@ def test_the_tables_cover_every_command_and_agree_with_the_broker() -> None:
                 assert problem is None, (command, cell, problem)
             else:
                 assert problem is not None, (command, cell)
+
+
+def test_every_option_the_broker_knows_is_in_a_table() -> None:
+    def named(status: str) -> set[str]:
+        return {re.split(r"[= ]", cell[3:], maxsplit=1)[0] for rows in TABLES.values() for cell, st in rows
+                if st == status and cell.startswith("o: ")}
+
+    assert set(NOT_IMPLEMENTED) <= named("refused"), set(NOT_IMPLEMENTED) - named("refused")
+    assert set(SUPPORTED) <= named("supported"), set(SUPPORTED) - named("supported")
 
 
 def _command(command: str, topic: str = "orders") -> Any:
