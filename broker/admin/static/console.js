@@ -27,6 +27,7 @@ const el = (tag, attrs = {}, ...children) => {
 };
 const num = (x, digits = 0) => (x === null || x === undefined ? '–' : Number(x).toLocaleString(undefined,
   { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const seconds = (x) => (x === null || x === undefined ? '–' : x < 0.1 ? `${num(x * 1000)} ms` : `${num(x, 2)} s`);
 const bytes = (n) => (n >= 1 << 20 ? `${num(n / (1 << 20), 1)} MB` : n >= 1024 ? `${num(n / 1024, 1)} KB` : `${n} B`);
 const ago = (epoch) => {
   if (!epoch) return 'never';
@@ -52,7 +53,7 @@ function showAge(age, state) {
   if (every > 0 && age > 2 * every) {
     late.textContent = `sample late (${age.toFixed(1)} s)`;
     late.title = `The newest statistics sample is ${age.toFixed(1)} s old; <Admin><Interval> is ${every} s. ` +
-      `The last sample took ${num(state.sample_duration, 2)} s: the broker's event loop is busy.`;
+      `The last sample took ${seconds(state.sample_duration)}: the broker's event loop is busy.`;
     late.hidden = false;
   } else {
     late.hidden = true;
@@ -141,7 +142,7 @@ function drawChart(state) {
   if (!last) return;
   svg.dataset.lastIn = last.in; svg.dataset.lastOut = last.out; svg.dataset.points = history.length;
   const every = state && state.interval_setting ? ` (every ${num(state.interval_setting, 0)} s` +
-    `${state.sample_duration !== null && state.sample_duration !== undefined ? `, the last took ${num(state.sample_duration, 2)} s` : ''})` : '';
+    `${state.sample_duration !== null && state.sample_duration !== undefined ? `, the last took ${seconds(state.sample_duration)}` : ''})` : '';
   const minutes = (span * interval) / 60;
   $('#chart-start').textContent = `${minutes >= 1 ? `${num(minutes, minutes % 1 ? 1 : 0)} min` : `${num(span * interval)} s`} ago`;
   $('#chart-scale').textContent = `top: ${num(top, 1)}/s · one point per statistics sample${every}`;
