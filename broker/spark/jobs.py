@@ -129,15 +129,19 @@ def write_sow_at(spark: Any, path: str, topic: str, at: str, out: str, *, workdi
     """:func:`sow_at` written as Parquet to ``out`` (replaced), in files of at most ``rows_per_file`` rows.
 
     The state is computed once and kept in memory meanwhile: the count, the message types, the JSON schema
-    and the output all read it. It is written in ``ceil(rows / rows_per_file)`` tasks, not one per shuffle
-    partition.
+    and the output all read it. It is written by one task when it fits in a file, else by tasks of key
+    ranges (in key order) of about 90% of ``rows_per_file`` each: not one file per shuffle partition.
     """
     started = time.monotonic()
     state = _sow_state(spark, path, topic, at, workdir, skipped).persist()
     try:
         rows = state.count()
-        (_flattened(spark, state).coalesce(max(1, math.ceil(rows / rows_per_file))).write.mode("overwrite")
-         .option("maxRecordsPerFile", rows_per_file).parquet(out))
+        flat = _flattened(spark, state)
+        if rows <= rows_per_file:
+            flat = flat.coalesce(1)  # one task, one file, no shuffle
+        else:  # key ranges of about 90% of a file each (the ranges come from a sample), in key order
+            flat = flat.repartitionByRange(math.ceil(rows / (rows_per_file * 0.9)), "topic", "sow_key")
+        flat.write.mode("overwrite").option("maxRecordsPerFile", rows_per_file).parquet(out)
         return _written(spark, out, started, rows)
     finally:
         state.unpersist()

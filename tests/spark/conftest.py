@@ -3,11 +3,14 @@
 Every test here is marked ``spark`` (``-m spark`` runs the lane, ``-m 'not spark'`` leaves it out).
 
 One ``local[2]`` SparkSession (UI off, two shuffle partitions) serves the run, but a test cannot break it
-for the others: pytest-timeout's signal interrupts a test in the middle of a py4j call, which leaves that
+for the others. pytest-timeout's signal interrupts a test in the middle of a py4j call, which leaves that
 thread's py4j connection waiting for an answer that the next call then reads (``KeyError: 'm'``,
-``SparkSession does not exist in the JVM``). So after a failed test its connection is closed, its Spark
-jobs cancelled and its streaming queries stopped; and before each test the session is checked (a value
-echoed by the JVM) and, when it is dead (the JVM crashed or exited), replaced by a new one.
+``SparkSession does not exist in the JVM``), and PySpark's own clean-up after the interrupted call (the
+call site reset) makes such a call at once, blocking until the interrupted job ends. So for Spark tests the
+timeout's signal handler first closes that connection, cancels the Spark jobs and stops the streaming
+queries, then fails the test as pytest-timeout does; a test that fails otherwise gets the same clean-up
+after it; and before each test the session is checked (a value echoed by the JVM) and, when it is dead
+(the JVM crashed or exited), replaced by a new one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +61,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 _FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's signal method for Spark tests, freeing the session before failing the test."""
+    if (HERE not in item.path.parents or settings.method != "signal"
+            or threading.current_thread() is not threading.main_thread()):
+        return None  # pytest-timeout's own
+    from pytest_timeout import timeout_sigalrm
+
+    def handler(signum: int, frame: object) -> None:
+        __tracebackhide__ = True
+        SESSIONS.after_failure()
+        timeout_sigalrm(item, settings)
+
+    def cancel() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    item.cancel_timeout = cancel  # type: ignore[attr-defined] - what pytest-timeout's cancel hook calls
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    return True
 
 
 def _alive(session: Any) -> bool:
@@ -118,7 +146,7 @@ class SparkSessions:
         return self.session
 
     def after_failure(self) -> None:
-        """Free what a failed test may have left running: its connection, its jobs, its streams."""
+        """Free what a failed or interrupted test may have left running: its connection, jobs, streams."""
         if self.session is None:
             return
         _close_thread_connection()
@@ -136,11 +164,14 @@ class SparkSessions:
             self.session = None
 
 
+#: The run's sessions (the timeout handler needs them too).
+SESSIONS = SparkSessions()
+
+
 @pytest.fixture(scope="session")
 def spark_sessions() -> Iterator[SparkSessions]:
-    sessions = SparkSessions()
-    yield sessions
-    sessions.stop()
+    yield SESSIONS
+    SESSIONS.stop()
 
 
 @pytest.fixture
