@@ -40,6 +40,8 @@ HERE = Path(__file__).parent
 #: The tests' session settings.
 TEST_SETTINGS = {
     "spark.ui.enabled": "false",
+    "spark.driver.bindAddress": "127.0.0.1",  # the driver listens on loopback only
+    "spark.driver.host": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.showConsoleProgress": "false",
 }
