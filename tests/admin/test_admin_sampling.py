@@ -178,7 +178,7 @@ def test_the_history_keeps_ten_minutes_of_totals_in_a_bounded_ring() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(sampler.run)
-            await trio.sleep(1000.0)  # 500 samples
+            await trio.sleep(1001.0)  # samples at 0, 2, ... 1000 (no tie with the one at 1000)
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
