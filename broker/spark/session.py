@@ -17,6 +17,9 @@ SETTINGS = {
     # Hours, dates and --at are UTC, as journal timestamps are.
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # sow-at caches its state: let adaptive execution coalesce the cached plan's shuffle partitions too (200
+    # tasks per stage for a small SOW otherwise).
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
 }
 
 
