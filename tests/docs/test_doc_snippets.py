@@ -288,7 +288,12 @@ def test_every_block_is_run_or_marked(doc: str) -> None:
     assert not problems, "\n".join([*problems, "(the markers: the docstring of tests/docs/test_doc_snippets.py)"])
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.where) for b in checked_blocks()])
+def _marks(block: Block) -> tuple[pytest.MarkDecorator, ...]:
+    """A block that starts Spark joins the Spark lane (``-m 'not spark'`` leaves it out)."""
+    return (pytest.mark.spark,) if re.search(r"\bpyspark\b|\bbroker\.spark\b", block.code) else ()
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.where, marks=_marks(b)) for b in checked_blocks()])
 def test_snippet(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if "excerpt-of" in block.items:
         check_excerpt(block)
