@@ -16,6 +16,7 @@ memoised per session.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.errors import BrokerError
@@ -23,6 +24,10 @@ from broker.errors import BrokerError
 __all__ = [
     "ALLOW_ALL_AUTHENTICATION",
     "ALLOW_ALL_ENTITLEMENT",
+    "ADMIN_RIGHT_NAMES",
+    "ALL_ADMIN_RIGHTS",
+    "NO_ADMIN_RIGHTS",
+    "AdminRights",
     "AuthenticationRefused",
     "Authenticator",
     "Entitlements",
@@ -99,6 +104,50 @@ class Authenticator(abc.ABC):
         return "nothing to reload"
 
 
+#: The Admin rights an entitlement file names (``admin = [...]``); ``"*"`` means all four.
+ADMIN_RIGHT_NAMES = ("statistics", "actions", "reset", "shutdown")
+
+
+@dataclass(frozen=True)
+class AdminRights:
+    """What an identity may do on the Admin port (docs/security.md, Admin permissions).
+
+    Attributes:
+        statistics: Read ``/metrics``, ``/amps...``, the console and its JSON, and the action listings.
+        actions: Run every administrator action (below ``/amps/administrator/actions/``) except those that shut
+            the broker down.
+        action_paths: Run the actions whose path (below ``/amps/administrator/actions/``) one of these
+            answers ``True`` for (the entitlement file's ``admin_actions`` regexes).
+        reset: Reload the password and entitlement files (``/amps/administrator/authorization/*/reset``).
+        shutdown: Run an action that shuts the broker down (one with an ``amps-action-do-shutdown`` step).
+    """
+
+    statistics: bool = False
+    actions: bool = False
+    action_paths: tuple[Callable[[str], bool], ...] = ()
+    reset: bool = False
+    shutdown: bool = False
+
+    def may_run(self, path: str) -> bool:
+        """May it run the action at ``path`` (below ``/amps/administrator/actions/``; not a shutdown one)?"""
+        return self.actions or any(match(path) for match in self.action_paths)
+
+    def any(self) -> bool:
+        """Whether it may do anything at all on the Admin port."""
+        return self.statistics or self.actions or bool(self.action_paths) or self.reset or self.shutdown
+
+    def names(self) -> list[str]:
+        """The rights it has by name (``actions`` only when it may run every action)."""
+        return [n for n in ADMIN_RIGHT_NAMES if getattr(self, n)]
+
+
+#: Every Admin right: an Admin port without authentication (to loopback clients), or an entitlement module
+#: that allows everything (``grants`` answers ``None``).
+ALL_ADMIN_RIGHTS = AdminRights(statistics=True, actions=True, reset=True, shutdown=True)
+#: No Admin right: the default of every identity an entitlement file does not grant one to.
+NO_ADMIN_RIGHTS = AdminRights()
+
+
 class Grants(abc.ABC):
     """What one identity may do. Answers must be pure functions of the topic (sessions memoise them)."""
 
@@ -121,6 +170,10 @@ class Grants(abc.ABC):
     def reads_everything(self) -> bool:
         """Whether it may read every topic without a filter (then regex topics need no per-topic answer)."""
         return False
+
+    def admin_rights(self) -> AdminRights:
+        """What it may do on the Admin port; by default nothing (a module grants Admin rights explicitly)."""
+        return NO_ADMIN_RIGHTS
 
 
 class Entitlements(abc.ABC):

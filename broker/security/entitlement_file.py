@@ -11,13 +11,18 @@ content filter per topic. TOML (read with the standard library's ``tomllib``)::
     [user.carol]
     read = [".*"]                       # everything, unfiltered
 
+    [group.operators]                   # the Admin port (docs/security.md, Admin permissions)
+    members = ["ops"]
+    admin = ["statistics", "actions"]   # statistics, actions, reset, shutdown, or "*" for all four
+    admin_actions = ["remove_journals"] # or only these action paths (regexes, below /amps/administrator/actions/)
+
     [user."*"]                          # every authenticated user
     read = ["public\\\\..*"]
 
 An identity gets the union of its user entry, the entries of its groups and the ``"*"`` entries. For a topic
 it may read through several entries, it sees what any of them allows: no filter if one of them has none,
 else the filters joined with OR. Replay needs ``replay`` and sees the same records as ``read``. Nothing is
-allowed that no entry grants.
+allowed that no entry grants: an identity no entry gives ``admin`` or ``admin_actions`` has no Admin right.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from broker.errors import BrokerError
 from broker.expr import compile_filter
 from broker.expr._regex import LikeRegexError, Regex
 from broker.memo import Memo
-from broker.security import Entitlements, Grants, Identity
+from broker.security import ADMIN_RIGHT_NAMES, NO_ADMIN_RIGHTS, AdminRights, Entitlements, Grants, Identity
 
 __all__ = ["EntitlementFile", "EntitlementFileError", "FileGrants"]
 
@@ -77,6 +82,9 @@ class _Entry:
     write: tuple[_Pattern, ...]
     replay: tuple[_Pattern, ...]
     filters: tuple[tuple[_Pattern, str], ...]
+    #: Admin rights by name (:data:`~broker.security.ADMIN_RIGHT_NAMES`) and the action paths it may run.
+    admin: frozenset[str] = frozenset()
+    admin_actions: tuple[_Pattern, ...] = ()
 
     def filter_for(self, topic: str) -> str | None:
         for pattern, text in self.filters:
@@ -94,6 +102,11 @@ class FileGrants(Grants):
         self._write: Memo[str, bool] = Memo(lambda t: self._any(t, "write"), MEMO_TOPICS)
         self._replay: Memo[str, bool] = Memo(lambda t: self._any(t, "replay"), MEMO_TOPICS)
         self._filter: Memo[str, str | None] = Memo(self._filter_of, MEMO_TOPICS)
+        names = frozenset[str]().union(*(e.admin for e in entries))
+        paths = tuple(dict.fromkeys(p for e in entries for p in e.admin_actions))
+        self._admin = AdminRights(statistics="statistics" in names, actions="actions" in names,
+                                  action_paths=tuple(p.search for p in paths), reset="reset" in names,
+                                  shutdown="shutdown" in names) if names or paths else NO_ADMIN_RIGHTS
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FileGrants) and other.entries == self.entries
@@ -137,6 +150,10 @@ class FileGrants(Grants):
         """Whether one entry reads ``.*`` without filters."""
         return any(not e.filters and any(p.text in _EVERYTHING for p in e.read) for e in self.entries)
 
+    def admin_rights(self) -> AdminRights:
+        """The union of its entries' ``admin`` rights and ``admin_actions`` paths (none when no entry has any)."""
+        return self._admin
+
 
 @dataclass(frozen=True)
 class _Parsed:
@@ -166,6 +183,11 @@ class EntitlementFile(Entitlements):
         self._parsed = parsed
         self._cache = Memo(self._build, 10_000)
         return f"entitlement file {self.path}: {len(parsed.users)} users, {len(parsed.groups)} groups"
+
+    def grants_admin(self) -> bool:
+        """Whether any entry grants an Admin right (when none does, nobody may use the Admin port)."""
+        parsed = self._parsed
+        return any(e.admin or e.admin_actions for e in (*parsed.users.values(), *parsed.groups.values()))
 
     def grants(self, identity: Identity) -> FileGrants:
         """The grants of ``identity``: its user entry, its groups' entries, and the ``"*"`` entries."""
@@ -218,7 +240,7 @@ def _tables(path: str, document: Mapping[str, Any], kind: str) -> dict[str, Mapp
 
 def _entry(path: str, label: str, body: Mapping[str, Any], *, members: bool) -> _Entry:
     where = f"{path}: [{label}]"
-    allowed = {*_KINDS, "filter", *(("members",) if members else ())}
+    allowed = {*_KINDS, "filter", "admin", "admin_actions", *(("members",) if members else ())}
     unknown = set(body) - allowed
     if unknown:
         raise EntitlementFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (allowed: "
@@ -241,4 +263,32 @@ def _entry(path: str, label: str, body: Mapping[str, Any], *, members: bool) -> 
         except BrokerError as exc:
             raise EntitlementFileError(f"{where}: the filter of {topic!r} does not compile: {exc}") from None
         compiled.append((_Pattern.compile(topic, f"{where} filter"), text))
-    return _Entry(label, lists["read"], lists["write"], lists["replay"], tuple(compiled))
+    admin, admin_actions = _admin(where, body)
+    return _Entry(label, lists["read"], lists["write"], lists["replay"], tuple(compiled), admin, admin_actions)
+
+
+def _admin(where: str, body: Mapping[str, Any]) -> tuple[frozenset[str], tuple[_Pattern, ...]]:
+    """The ``admin`` rights and ``admin_actions`` path patterns of one table."""
+    words = ", ".join(f'"{n}"' for n in ADMIN_RIGHT_NAMES)
+    value = body.get("admin", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise EntitlementFileError(f'{where}: admin must be a list of Admin rights ({words}, or "*" for all)')
+    unknown = sorted(set(value) - {*ADMIN_RIGHT_NAMES, "*"})
+    if unknown:
+        raise EntitlementFileError(f"{where}: admin: unknown right(s) {', '.join(map(repr, unknown))}; use {words}, "
+                                   'or "*" for all (docs/security.md, Admin permissions)')
+    names = frozenset(ADMIN_RIGHT_NAMES) if "*" in value else frozenset(value)
+    paths = body.get("admin_actions", [])
+    if not isinstance(paths, list):
+        raise EntitlementFileError(f"{where}: admin_actions must be a list of action path regexes (the <path> of "
+                                   "/amps/administrator/actions/<path>)")
+    patterns: list[_Pattern] = []
+    for text in paths:
+        if not isinstance(text, str) or not text:
+            raise EntitlementFileError(f"{where} admin_actions: an action path pattern must be non-empty text, "
+                                       f"not {text!r}")
+        try:
+            patterns.append(_Pattern(text, Regex(f"^(?:{text})$").search))
+        except LikeRegexError as exc:
+            raise EntitlementFileError(f"{where} admin_actions: action path pattern {text!r}: {exc}") from None
+    return names, tuple(patterns)
