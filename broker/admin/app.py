@@ -19,6 +19,14 @@ Routes:
   ``X-Statistics-Age`` header, see :mod:`broker.admin.console`).
   Anything else is 404; a known path with a wrong method is 405.
 
+Every route is a :class:`Route` of :data:`ROUTES` naming the Admin right it needs (:meth:`AdminApp.requirement`
+answers it per path: ``statistics`` for the statistics, the console and the action listings; below
+``/amps/administrator/`` ``reset`` for the authorization resets, ``shutdown`` for an action with an
+``amps-action-do-shutdown`` step, else the action's own path). :class:`~broker.admin.auth.BasicAuth` checks it
+against the identity's :class:`~broker.security.AdminRights` before the request reaches the application, and
+puts those rights in the scope (:data:`RIGHTS_SCOPE_KEY`) so that ``/console/state.json`` tells the console what
+to show.
+
 Everything served under ``/metrics`` and ``/amps`` is a view over the :class:`StatisticsSampler`'s latest
 sample, rendered once per sample and path (and once more gzip-compressed, for clients that accept gzip)
 and then served as cached bytes, so a request costs the same with 10 or 10,000 clients. The ``/amps``
@@ -51,14 +59,15 @@ from broker.admin.html_view import render_node
 from broker.admin.sampler import SnapshotSource, StatisticsSampler
 from broker.admin.static_files import console_file
 from broker.errors import BrokerError, ParameterError
+from broker.security import ALL_ADMIN_RIGHTS, AdminRights
 from broker.stats.collector import make_registry
 from broker.stats.snapshot import BrokerSnapshot
 
 if TYPE_CHECKING:
     from broker.actions.runtime import ActionDescription
 
-__all__ = ["SAMPLE_HEADER", "MAX_PATH_BYTES", "MAX_PATH_SEGMENTS", "MAX_QUERY_BYTES", "AdminAction", "AdminApp", "AdminEndpoint",
-           "actions_index"]
+__all__ = ["SAMPLE_HEADER", "MAX_PATH_BYTES", "MAX_PATH_SEGMENTS", "MAX_QUERY_BYTES", "RIGHTS_SCOPE_KEY", "ROUTES", "USER_SCOPE_KEY",
+           "AdminAction", "AdminApp", "AdminEndpoint", "Requirement", "Route", "actions_index", "allows"]
 
 log = logging.getLogger("broker.admin")
 
@@ -117,6 +126,64 @@ _ADMIN_PREFIX = "/amps/administrator"
 _INDEX = "actions"
 _CONSOLE = "/console"
 _TEXT = "text/plain; charset=utf-8"
+#: The step module that makes an action a shutdown one (it needs the ``shutdown`` right).
+_SHUTDOWN_STEP = "do amps-action-do-shutdown"
+
+#: The ASGI scope key under which the authentication wrapper leaves the requester's
+#: :class:`~broker.security.AdminRights` (absent: every right, as on an Admin port without authentication).
+RIGHTS_SCOPE_KEY = "broker.admin_rights"
+#: The scope key of the authenticated user's name (absent without authentication).
+USER_SCOPE_KEY = "broker.admin_user"
+
+#: What a path needs: ``(right, detail)`` with right ``statistics``, ``reset`` (detail: the module kind),
+#: ``shutdown`` (detail: the action path) or ``action`` (detail: the path below ``/amps/administrator/actions/``).
+Requirement = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route of the Admin application.
+
+    Attributes:
+        name: Its handler's name, for listings and errors.
+        matches: Whether a request path is this route's.
+        methods: The methods it answers (others: 405).
+        right: The Admin right it needs: ``statistics``, or ``administrator`` (decided per path by
+            :meth:`AdminApp.requirement`: ``reset``, ``shutdown`` or the action's own path).
+        examples: Concrete paths of it (tests walk them with every identity); the administrator route adds one
+            per configured action (:meth:`AdminApp.paths`).
+    """
+
+    name: str
+    matches: Callable[[str], bool]
+    methods: tuple[str, ...]
+    right: str
+    examples: tuple[str, ...]
+
+
+#: Every route, in the order requests are matched against them.
+ROUTES: tuple[Route, ...] = (
+    Route("metrics", lambda p: p == "/metrics", ("GET", "HEAD"), "statistics", ("/metrics",)),
+    Route("administrator", lambda p: p == _ADMIN_PREFIX or p.startswith(_ADMIN_PREFIX + "/"), ("GET", "POST"),
+          "administrator", (_ADMIN_PREFIX, f"{_ADMIN_PREFIX}/{_INDEX}")),
+    Route("amps", lambda p: p in ("/amps", "/amps.json") or p.startswith("/amps/"), ("GET", "HEAD"), "statistics",
+          ("/amps", "/amps.json", "/amps/instance.json", "/amps/instance")),
+    Route("console", lambda p: p in ("/", _CONSOLE) or p.startswith(_CONSOLE + "/"), ("GET", "HEAD"), "statistics",
+          ("/", _CONSOLE, f"{_CONSOLE}/index.html", f"{_CONSOLE}/console.js", f"{_CONSOLE}/console.css",
+           f"{_CONSOLE}/vendor/amps.js", f"{_CONSOLE}/state.json", f"{_CONSOLE}/history.json")),
+)
+
+
+def allows(rights: AdminRights, need: Requirement) -> bool:
+    """Whether ``rights`` cover what a path needs."""
+    right, detail = need
+    if right == "statistics":
+        return rights.statistics
+    if right == "reset":
+        return rights.reset
+    if right == "shutdown":
+        return rights.shutdown
+    return rights.may_run(detail)
 
 
 class AdminApp:
@@ -166,6 +233,60 @@ class AdminApp:
         self._senders = trio.Semaphore(MAX_CONCURRENT_RESPONSES)
         self._cache: dict[Hashable, Any] = {}
         self._cache_generation = -1
+
+    def route(self, path: str) -> Route | None:
+        """The route serving ``path`` (``None``: none, answered 404)."""
+        return next((r for r in ROUTES if r.matches(path)), None)
+
+    def requirement(self, path: str) -> Requirement | None:
+        """The Admin right ``path`` needs (``None``: no route serves it; the answer is 404 to anyone)."""
+        route = self.route(path)
+        if route is None:
+            return None
+        if route.right != "administrator":
+            return (route.right, "")
+        name = path[len(_ADMIN_PREFIX):].strip("/")
+        if name in ("", _INDEX):
+            return ("statistics", "")  # the listings describe the configuration, as /amps does
+        kind, _, rest = name.partition("/")
+        if kind == "authorization" and rest.endswith("/reset"):
+            return ("reset", rest.removesuffix("/reset"))
+        if kind == _INDEX:
+            return ("shutdown", rest) if rest in self._shutdown_paths() else ("action", rest)
+        return ("action", name)
+
+    def paths(self) -> list[str]:
+        """A concrete path of every route and one per configured administrator action (tests walk them)."""
+        found = [p for r in ROUTES for p in r.examples]
+        found += [f"{_ADMIN_PREFIX}/{name}" for name in sorted(self.admin_actions)]
+        return found
+
+    def _shutdown_paths(self) -> set[str]:
+        """The REST paths (below ``actions/``) of the actions that shut the broker down."""
+        if self.actions_catalog is None:
+            return set()
+        try:
+            catalog = list(self.actions_catalog())
+        except Exception:
+            log.exception("listing the actions failed")
+            return set()
+        return {t["Path"].strip() for a in catalog if any(s.lower() == _SHUTDOWN_STEP for s in a.steps)
+                for t in a.triggers if t.get("Path")}
+
+    def rights_view(self, rights: AdminRights, user: str | None) -> dict[str, Any]:
+        """What ``/console/state.json`` says the requester may do: its rights by name, and each action it may
+        run (path, name, required parameters; shutdown ones only with the ``shutdown`` right)."""
+        shutdown = self._shutdown_paths()
+        run: list[dict[str, Any]] = []
+        for key, action in sorted(self.admin_actions.items()):
+            need = self.requirement(f"{_ADMIN_PREFIX}/{key}")
+            if need is None or need[0] not in ("action", "shutdown") or not allows(rights, need):
+                continue
+            endpoint = action if isinstance(action, AdminEndpoint) else None
+            path = key.partition("/")[2] if key.startswith(_INDEX + "/") else key
+            run.append({"path": f"{_ADMIN_PREFIX}/{key}", "name": (endpoint.name if endpoint else "") or path,
+                        "required": list(endpoint.required) if endpoint else [], "shutdown": path in shutdown})
+        return {"user": user, "rights": rights.names(), "run": run}
 
     def _rendered_snapshot(self) -> BrokerSnapshot:
         assert self._rendering is not None, "the collector runs only inside _render"
@@ -244,28 +365,23 @@ class AdminApp:
             await _respond(send, refusal[0], refusal[1].encode(), _TEXT)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if path == "/metrics":
-            if method not in ("GET", "HEAD"):
-                await _method_not_allowed(send, "GET, HEAD")
-                return
-            await self._metrics(send, method, headers, scope.get("query_string", b""))
-        elif path == _ADMIN_PREFIX or path.startswith(_ADMIN_PREFIX + "/"):
-            if method not in ("GET", "POST"):
-                await _method_not_allowed(send, "GET, POST")
-                return
-            await self._administrator(send, path[len(_ADMIN_PREFIX) :].strip("/"), scope.get("query_string", b""))
-        elif path in ("/amps", "/amps.json") or path.startswith("/amps/"):
-            if method not in ("GET", "HEAD"):
-                await _method_not_allowed(send, "GET, HEAD")
-                return
-            await self._amps(send, method, path, headers)
-        elif path == "/" or path == _CONSOLE or path.startswith(_CONSOLE + "/"):
-            if method not in ("GET", "HEAD"):
-                await _method_not_allowed(send, "GET, HEAD")
-                return
-            await self._console(send, method, path)
-        else:
+        route = self.route(path)
+        if route is None:
             await _respond(send, 404, f"Not found: {path}. Try /metrics or /amps.json.\n".encode(), _TEXT)
+            return
+        if method not in route.methods:
+            await _method_not_allowed(send, ", ".join(route.methods))
+            return
+        query = scope.get("query_string", b"")
+        if route.name == "metrics":
+            await self._metrics(send, method, headers, query)
+        elif route.name == "administrator":
+            await self._administrator(send, path[len(_ADMIN_PREFIX) :].strip("/"), query)
+        elif route.name == "amps":
+            await self._amps(send, method, path, headers)
+        else:
+            await self._console(send, method, path, scope.get(RIGHTS_SCOPE_KEY, ALL_ADMIN_RIGHTS),
+                                scope.get(USER_SCOPE_KEY))
 
     async def _console_state(self, snapshot: BrokerSnapshot) -> bytes:
         """``state.json`` of a sample (small: a few series per topic, never per client): on the loop."""
@@ -278,8 +394,9 @@ class AdminApp:
         """``history.json``: the chart's last ten minutes (at most 601 points of three numbers): on the loop."""
         return orjson.dumps(history_points(self.sampler.history, self.sampler.interval))
 
-    async def _console(self, send: Send, method: str, path: str) -> None:
-        """The web console: its static files, the AMPS JavaScript client, and ``state.json``."""
+    async def _console(self, send: Send, method: str, path: str, rights: AdminRights, user: str | None) -> None:
+        """The web console: its static files, the AMPS JavaScript client, and ``state.json`` (with what the
+        requester may do under ``access``: :meth:`rights_view`)."""
         name = "index.html" if path in ("/", _CONSOLE, _CONSOLE + "/") else path[len(_CONSOLE) + 1:]
         if name in ("state.json", "history.json"):
             try:
@@ -291,6 +408,8 @@ class AdminApp:
                 return
             # Per response, not cached: the page says "sample late" when this exceeds twice the interval.
             age = (b"x-statistics-age", f"{self.sampler.age() or 0.0:.3f}".encode())
+            if name == "state.json":  # the cached sample's object, with this requester's rights added
+                state = state[:-1] + b',"access":' + orjson.dumps(self.rights_view(rights, user)) + b"}"
             await _respond(send, 200, state, "application/json", [sample, age], head=method == "HEAD")
             return
         found = console_file(name)
