@@ -68,6 +68,7 @@ path anything: the checks run only after a failure.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import tempfile
@@ -101,6 +102,22 @@ DEFAULT_WRITE_BUFFER = 16 * 1024 * 1024
 RECOVER_BACKOFF = (0.1, 5.0)
 #: Free bytes needed beyond the size of LevelDB's log files before a reopen is tried.
 REOPEN_MARGIN = 512 * 1024
+
+#: The open-space reserve: a file of :data:`RESERVE_BYTES` in the database directory, made while the disk has room
+#: and dropped by an open that lacks room to replay LevelDB's log (module docstring, "Room to open").
+RESERVE_NAME = "broker-open-reserve"
+RESERVE_BYTES = 2 * 1024 * 1024
+#: The reserve is kept at LevelDB's log size plus :data:`REOPEN_MARGIN` plus this (at least :data:`RESERVE_BYTES`);
+#: it is given back down to that once it is more than :data:`RESERVE_SHRINK` above.
+RESERVE_SLACK = 1024 * 1024
+RESERVE_SHRINK = 4 * 1024 * 1024
+#: While the free space is below LevelDB's log size plus this, the memtable is flushed into a table (the log
+#: emptied) once the log holds :data:`FLUSH_MIN` bytes: the log stays small while the disk fills.
+LOW_SPACE = 8 * 1024 * 1024
+FLUSH_MIN = 256 * 1024
+#: Seconds between room checks while writing: when the free space is below the log plus :data:`PLENTY`, and above.
+ROOM_CHECK_EVERY = (0.02, 0.25)
+PLENTY = 64 * 1024 * 1024
 
 #: How much lower than the event loop's LevelDB's background thread runs (added to the loop thread's niceness,
 #: at most 19; see the module docstring).
@@ -164,6 +181,28 @@ def lower_background_priority(step: int = BACKGROUND_NICE) -> int | None:
         log.debug("LevelDB's background thread %d runs at nice %d", tid, nice)
         _Background.tid = tid
         return tid
+
+
+def _mount_of(path: str) -> str:
+    """The mount point holding ``path`` (for messages)."""
+    p = Path(path).resolve()
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return str(p)
+
+
+def _log_bytes(path: str) -> int:
+    """The size of LevelDB's log files in ``path`` (what an open replays into a table)."""
+    return sum(e.stat().st_size for e in os.scandir(path) if e.name.endswith(".log") and e.is_file())
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}"
 
 
 def _positive_size(value: str) -> int:
@@ -330,7 +369,109 @@ class LevelDBStorage(Storage):
         self.reopens = 0
         #: The database's files held by :class:`DeferredDeletes` (``None``: LevelDB deletes them itself).
         self._held: Held | None = None
+        #: When the next room check is due, and the thread flushing the memtable (module docstring, "Room to
+        #: open"); ``memtable_flushes`` counts the flushes it started.
+        self._next_room_check = 0.0
+        self._flusher: threading.Thread | None = None
+        self.memtable_flushes = 0
+        self._room_to_open()
         self._open()
+
+    def _room_to_open(self) -> None:
+        """Make sure the file system has room to replay LevelDB's log at the open: drop the reserve when it
+        lacks room (module docstring, "Room to open").
+
+        Raises:
+            StorageError: There is not room even so: how much is needed, how much is free, and what to do.
+        """
+        try:
+            logs = _log_bytes(self.path)
+            free = _free_bytes(self.path)
+        except OSError:
+            return  # let the open say what is wrong
+        need = logs + REOPEN_MARGIN
+        if logs == 0 or free >= need:
+            return
+        reserve = Path(self.path) / RESERVE_NAME
+        with contextlib.suppress(FileNotFoundError):
+            reserve.unlink()
+            log.warning("SOW storage %s (topic %s): %s MB free, %s MB needed to replay LevelDB's log; the open-space "
+                        "reserve was freed for it", self.path, self.spec.topic, _mb(free), _mb(need))
+            with contextlib.suppress(OSError):
+                free = _free_bytes(self.path)
+        if free >= need:
+            return
+        raise StorageError(
+            f"opening the SOW store of topic {self.spec.topic} needs about {_mb(need)} MB free to replay its log "
+            f"(LevelDB writes its {_mb(logs)} MB log into a table before it opens); {_mb(free)} MB are free on "
+            f"{_mount_of(self.path)}: free space there, or move the topic's FileName ({self.path}) to a disk with "
+            "room. Nothing was lost: the log is kept until it has been replayed."
+        )
+
+    def _check_room(self) -> None:
+        """The room check while writing (module docstring, "Room to open"): flush the memtable when the disk is
+        getting full; keep the reserve at the log's size plus :data:`RESERVE_SLACK` while the disk has room.
+        Cheap: a ``statvfs``, a directory listing, a ``stat``."""
+        now = time.monotonic()
+        reserve = Path(self.path) / RESERVE_NAME
+        try:
+            free = _free_bytes(self.path)
+            logs = _log_bytes(self.path)
+            held = reserve.stat().st_size if reserve.exists() else 0
+        except OSError:
+            self._next_room_check = now + ROOM_CHECK_EVERY[1]
+            return
+        self._next_room_check = now + ROOM_CHECK_EVERY[free - logs > PLENTY]
+        if free < logs + LOW_SPACE and logs >= FLUSH_MIN and self._flusher is None:
+            db = self._wdb
+            if db is not None:
+                self.memtable_flushes += 1
+                self._flusher = threading.Thread(target=self._flush_memtable, args=(db,), daemon=True,
+                                                 name=f"leveldb-flush-{self.spec.topic}")
+                self._flusher.start()
+        target = max(RESERVE_BYTES, logs + REOPEN_MARGIN + RESERVE_SLACK)
+        if held < target or held > target + RESERVE_SHRINK:
+            try:
+                self._size_reserve(reserve, target)
+            except OSError as exc:  # a full disk: the reserve stays as it is
+                log.debug("SOW storage %s: the open-space reserve stays at %d bytes (%s)", self.path, held, exc)
+
+    @staticmethod
+    def _size_reserve(reserve: Path, size: int) -> None:
+        """Make the reserve file ``size`` bytes of real blocks (``posix_fallocate``; zeros where that is not
+        supported). A growth that does not fit fails whole (ENOSPC) and leaves the file as it was."""
+        fd = os.open(reserve, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            held = os.fstat(fd).st_size
+            if size < held:
+                os.ftruncate(fd, size)
+                return
+            try:
+                os.posix_fallocate(fd, held, size - held)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    os.ftruncate(fd, held)  # give back what a failed fallocate may have kept
+                    raise
+                try:
+                    os.pwrite(fd, b"\0" * (size - held), held)
+                except OSError:
+                    os.ftruncate(fd, held)
+                    raise
+        finally:
+            os.close(fd)
+
+    def _flush_memtable(self, db: Any) -> None:
+        """Flush the memtable into a table, which empties LevelDB's log (a thread: it waits for the flush)."""
+        try:
+            db.compact_range(start=b"", stop=b"")  # an empty range: the memtable's flush, no table compacted
+        except (plyvel.Error, RuntimeError) as exc:  # a full disk: the next write meets LevelDB's error
+            log.debug("SOW storage %s: flushing the memtable failed: %s", self.path, exc)
+
+    def _join_flusher(self) -> None:
+        """Wait for a memtable flush in progress (before the database is closed)."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.join()
 
     def _open(self) -> None:
         """Open the database and count its records.
@@ -397,6 +538,11 @@ class LevelDBStorage(Storage):
         self._next_try = time.monotonic() + self._backoff
         if not self._room_to_reopen():
             return False
+        try:
+            self._room_to_open()
+        except StorageError:
+            return False
+        self._join_flusher()
         old, self._db = self._db, None
         if old is not None:
             old.close()
@@ -481,6 +627,8 @@ class LevelDBStorage(Storage):
                 raise _wrap(exc, self.path, "writing") from exc
             self._count += not was
             self._writes += 1
+            if time.monotonic() >= self._next_room_check:
+                self._room_checked()
             return
         if not put_list and not delete_list:
             return
@@ -514,6 +662,8 @@ class LevelDBStorage(Storage):
             raise _wrap(exc, self.path, "writing") from exc
         self._count += delta
         self._writes += 1
+        if time.monotonic() >= self._next_room_check:
+            self._room_checked()
 
     def write_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
         """:meth:`write` of puts only, ``new_keys`` of their distinct keys absent before (a batch of publishes
@@ -562,6 +712,15 @@ class LevelDBStorage(Storage):
                 self._write_failed(exc)
             raise _wrap(exc, self.path, "writing") from exc
         self._writes += 1
+        if time.monotonic() >= self._next_room_check:
+            self._room_checked()
+
+    def _room_checked(self) -> None:
+        """:meth:`_check_room`, after reaping a finished flush thread."""
+        if self._flusher is not None and not self._flusher.is_alive():
+            self._flusher.join()
+            self._flusher = None
+        self._check_room()
 
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop``, ascending.
@@ -610,6 +769,7 @@ class LevelDBStorage(Storage):
         """Close the database and release its lock. Idempotent."""
         if not self._closed:
             self._closed = True
+            self._join_flusher()
             db, self._db, self._wdb = self._db, None, None
             if db is not None:
                 db.close()
@@ -618,7 +778,8 @@ class LevelDBStorage(Storage):
 
     def statistics(self) -> dict[str, int]:
         """``records``, ``writes`` (write batches applied) and ``reopens`` (after failed writes)."""
-        return {"records": self._count, "writes": self._writes, "reopens": self.reopens}
+        return {"records": self._count, "writes": self._writes, "reopens": self.reopens,
+                "memtable_flushes": self.memtable_flushes}
 
     def __repr__(self) -> str:
         return f"LevelDBStorage(topic={self.spec.topic!r}, path={self.path!r})"
