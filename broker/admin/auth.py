@@ -1,4 +1,4 @@
-"""HTTP basic authentication for the Admin server: an ASGI wrapper around :class:`~broker.admin.app.AdminApp`.
+"""HTTP basic authentication and Admin permissions for the Admin server: an ASGI wrapper around :class:`~broker.admin.app.AdminApp`.
 
 With an authentication module (``<Admin><Authentication>``, else the instance's ``<Authentication>``):
 every request needs ``Authorization: Basic`` credentials the module accepts, except paths matching
@@ -11,6 +11,14 @@ client without an authentication module), counted in ``broker_security_refusals_
 written to the audit log (path, address, user; never the password). Accepted credentials are remembered
 for :data:`CACHE_SECONDS` (keyed by a keyed hash, not the password) so a scrape every second does not pay a
 slow hash every second.
+
+Authorisation (docs/security.md, Admin permissions): once authenticated, the identity's
+:class:`~broker.security.AdminRights` come from the instance's entitlement module (``grants(identity)
+.admin_rights()``; a module that allows everything, ``grants`` answering ``None``, gives every right). Each
+path needs the right :meth:`AdminApp.requirement <broker.admin.app.AdminApp.requirement>` names; a request
+without it is answered ``403``, audited and counted like the other refusals, and never reaches the
+application (no action runs). The rights are left in the scope for the console. Without an authentication
+module nothing changes: statistics are open and loopback clients have every right.
 """
 
 from __future__ import annotations
@@ -19,17 +27,28 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
-from broker.admin.app import Receive, Scope, Send
-from broker.security import AuthenticationRefused, Authenticator, LogonRequest
+from broker.admin.app import RIGHTS_SCOPE_KEY, USER_SCOPE_KEY, Receive, Scope, Send, allows
+from broker.security import (
+    ALL_ADMIN_RIGHTS,
+    AdminRights,
+    AuthenticationRefused,
+    Authenticator,
+    Identity,
+    LogonRequest,
+)
+from broker.security.entitlement_file import EntitlementFile
 from broker.security.runtime import SecurityRuntime, is_loopback
 
 __all__ = ["BasicAuth"]
+
+log = logging.getLogger("broker.security")
 
 ADMIN_PREFIX = "/amps/administrator"
 #: Seconds accepted credentials are remembered.
@@ -37,6 +56,10 @@ CACHE_SECONDS = 60.0
 #: Remembered credentials at most (a bound: the cache starts over past it).
 CACHE_ENTRIES = 1024
 _TEXT = b"text/plain; charset=utf-8"
+#: A client with no credentials where none are asked for (a non-loopback client of an Admin port without
+#: authentication, an <AnonymousPaths> path): statistics only.
+_STATISTICS_ONLY = AdminRights(statistics=True)
+_NO_RIGHTS = AdminRights()
 
 
 class BasicAuth:
@@ -63,6 +86,14 @@ class BasicAuth:
         self.anonymous = re.compile(anonymous_paths) if anonymous_paths else None
         self._clock = clock
         self._key = secrets.token_bytes(32)
+        #: Keyed hash of user and password -> the identity the module accepted them as (for its Admin rights).
+        self._identities: dict[bytes, Identity] = {}
+        entitlement = security.entitlement
+        if self.authenticator is not None and isinstance(entitlement, EntitlementFile) \
+                and not entitlement.grants_admin():
+            log.warning("the Admin server checks credentials but no table of the entitlement file %s grants an "
+                        "Admin right, so every request but <AnonymousPaths> is refused (403): add admin = "
+                        '["*"] to an administrator\'s table (docs/security.md, Admin permissions)', entitlement.path)
         self._accepted: dict[bytes, float] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -78,7 +109,9 @@ class BasicAuth:
         client = scope.get("client") or ("", 0)
         remote = f"{client[0]}:{client[1]}"
         if self.authenticator is None:
-            if administrative and not is_loopback(str(client[0])):
+            loopback = is_loopback(str(client[0]))
+            scope[RIGHTS_SCOPE_KEY] = ALL_ADMIN_RIGHTS if loopback else _STATISTICS_ONLY
+            if administrative and not loopback:
                 self.security.refused("admin", client="http", remote=remote, user=None,
                                       reason=f"{path[:200]}: an administrator endpoint from a non-loopback client "
                                              "without <Authentication>")
@@ -88,6 +121,7 @@ class BasicAuth:
             await self.app(scope, receive, send)
             return
         if not administrative and self.anonymous is not None and self.anonymous.search(path):
+            scope[RIGHTS_SCOPE_KEY] = _STATISTICS_ONLY
             await self.app(scope, receive, send)
             return
         user, password = _credentials(scope)
@@ -99,7 +133,31 @@ class BasicAuth:
         if not await self._accepts(user, password, remote, path):
             await self._challenge(send)
             return
+        rights = self._rights(user, password)
+        need = self.app.requirement(path)
+        if need is not None and not allows(rights, need):
+            right, detail = need
+            what = f"the {right} right" if right != "action" else f"the right to run action {detail!r}"
+            self.security.refused("admin", client="http", remote=remote, user=user[:64],
+                                  reason=f"{path[:200]}: not entitled ({what})")
+            await _respond(send, 403, f"Not entitled: {user} lacks {what} on the Admin port; an entitlement file "
+                           "table grants it with admin = [...] or admin_actions = [...] (docs/security.md, Admin "
+                           "permissions).\n".encode())
+            return
+        scope[RIGHTS_SCOPE_KEY] = rights
+        scope[USER_SCOPE_KEY] = user
         await self.app(scope, receive, send)
+
+    def _rights(self, user: str, password: str) -> AdminRights:
+        """The Admin rights of the identity these (accepted) credentials logged on as; none when unknown."""
+        identity = self._identities.get(self._cache_key(user, password))
+        if identity is None:
+            return _NO_RIGHTS
+        grants = self.security.entitlement.grants(identity)
+        return ALL_ADMIN_RIGHTS if grants is None else grants.admin_rights()
+
+    def _cache_key(self, user: str, password: str) -> bytes:
+        return hmac.new(self._key, f"{user}\0{password}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
 
     async def _accepts(self, user: str, password: str, remote: str, path: str) -> bool:
         assert self.authenticator is not None
@@ -109,7 +167,7 @@ class BasicAuth:
         if until is not None and until > now:
             return True
         try:
-            await self.security.authenticate(self.authenticator, LogonRequest(
+            identity = await self.security.authenticate(self.authenticator, LogonRequest(
                 user=user, password=password, client_name=None, remote=remote, transport="admin"))
         except AuthenticationRefused as exc:
             self.security.refused("admin", client="http", remote=remote, user=user[:64],
@@ -117,6 +175,9 @@ class BasicAuth:
             return False
         if len(self._accepted) >= CACHE_ENTRIES:
             self._accepted.clear()
+        if len(self._identities) >= CACHE_ENTRIES:
+            self._identities.clear()
+        self._identities[key] = identity
         self._accepted[key] = now + CACHE_SECONDS
         return True
 
