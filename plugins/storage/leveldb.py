@@ -106,10 +106,10 @@ REOPEN_MARGIN = 512 * 1024
 #: The open-space reserve: a file of :data:`RESERVE_BYTES` in the database directory, made while the disk has room
 #: and dropped by an open that lacks room to replay LevelDB's log (module docstring, "Room to open").
 RESERVE_NAME = "broker-open-reserve"
-RESERVE_BYTES = 2 * 1024 * 1024
+RESERVE_BYTES = 1024 * 1024
 #: The reserve is kept at LevelDB's log size plus :data:`REOPEN_MARGIN` plus this (at least :data:`RESERVE_BYTES`);
 #: it is given back down to that once it is more than :data:`RESERVE_SHRINK` above.
-RESERVE_SLACK = 1024 * 1024
+RESERVE_SLACK = 512 * 1024
 RESERVE_SHRINK = 4 * 1024 * 1024
 #: While the free space is below LevelDB's log size plus this, the memtable is flushed into a table (the log
 #: emptied) once the log holds :data:`FLUSH_MIN` bytes: the log stays small while the disk fills.
