@@ -10,7 +10,12 @@ Refusals are ``401`` with a ``WWW-Authenticate: Basic realm="..."`` challenge (`
 client without an authentication module), counted in ``broker_security_refusals_total{what="admin"}`` and
 written to the audit log (path, address, user; never the password). Accepted credentials are remembered
 for :data:`CACHE_SECONDS` (keyed by a keyed hash, not the password) so a scrape every second does not pay a
-slow hash every second.
+slow hash every second; an authentication reset (SIGHUP action, the reset endpoint) forgets them all at once,
+so a deleted user or a changed password is refused from the next request on.
+
+Refused credentials go through the same limiter as transport logons (per user and client address, with
+exponential backoff: :class:`~broker.security.runtime.FailureLimiter`), and are verified in the Admin server's
+own share of verification threads, so guessing on one port does not slow logons on the other.
 
 Authorisation (docs/security.md, Admin permissions): once authenticated, the identity's
 :class:`~broker.security.AdminRights` come from the instance's entitlement module (``grants(identity)
@@ -94,7 +99,8 @@ class BasicAuth:
             log.warning("the Admin server checks credentials but no table of the entitlement file %s grants an "
                         "Admin right, so every request but <AnonymousPaths> is refused (403): add admin = "
                         '["*"] to an administrator\'s table (docs/security.md, Admin permissions)', entitlement.path)
-        self._accepted: dict[bytes, float] = {}
+        #: Keyed hash of user and password -> (expiry, the security runtime's credentials generation).
+        self._accepted: dict[bytes, tuple[float, int]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.app, name)  # the wrapped app's sampler, registry... (tests and the kernel use them)
@@ -163,22 +169,38 @@ class BasicAuth:
         assert self.authenticator is not None
         key = hmac.new(self._key, f"{user}\0{password}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         now = self._clock()
-        until = self._accepted.get(key)
-        if until is not None and until > now:
-            return True
+        generation = self.security.credentials_generation
+        remembered = self._accepted.get(key)
+        if remembered is not None:
+            if remembered[0] > now and remembered[1] == generation:
+                return True
+            del self._accepted[key]
+            self._identities.pop(key, None)
+        host = remote.rpartition(":")[0]
+        wait = self.security.blocked_for(user, host)
+        if wait > 0:
+            self.security.logon_refused(user, host, checked=False)
+            self.security.refused("admin", client="http", remote=remote, user=user[:64],
+                                  reason=f"{path[:200]}: too many refused requests for this user from {host}; "
+                                         f"refused without checking for {wait:.0f}s more")
+            return False
         try:
             identity = await self.security.authenticate(self.authenticator, LogonRequest(
-                user=user, password=password, client_name=None, remote=remote, transport="admin"))
+                user=user, password=password, client_name=None, remote=remote, transport="admin"), admin=True)
         except AuthenticationRefused as exc:
+            self.security.logon_refused(user, host)
             self.security.refused("admin", client="http", remote=remote, user=user[:64],
                                   reason=f"{path[:200]}: {str(exc)[:300]}")
             return False
+        self.security.logon_accepted(user, host)
+        if self.security.credentials_generation != generation:
+            return await self._accepts(user, password, remote, path)  # reset meanwhile: check against the new file
         if len(self._accepted) >= CACHE_ENTRIES:
             self._accepted.clear()
         if len(self._identities) >= CACHE_ENTRIES:
             self._identities.clear()
         self._identities[key] = identity
-        self._accepted[key] = now + CACHE_SECONDS
+        self._accepted[key] = (now + CACHE_SECONDS, generation)
         return True
 
     async def _challenge(self, send: Send) -> None:

@@ -8,13 +8,17 @@ like one (``refused logon: client feed-3 from 10.1.2.3:50114, user 'svc-feed': w
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import os
+import threading
 import time
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -32,21 +36,36 @@ if TYPE_CHECKING:
     from broker.config.model import Config
     from broker.plugin_config import Resolved, SecurityPlugins
 
-__all__ = ["AUDIT", "REFUSAL_KINDS", "RefusalCounts", "SecurityRuntime", "is_loopback"]
+__all__ = ["AUDIT", "REFUSAL_KINDS", "FailureLimiter", "RefusalCounts", "SecurityRuntime", "VerificationPool",
+           "is_loopback"]
+
+T = TypeVar("T")
 
 AUDIT = logging.getLogger("broker.audit")
 log = logging.getLogger("broker.security")
 
 #: What ``broker_security_refusals_total{what}`` counts.
 REFUSAL_KINDS = ("logon", "read", "write", "replay", "admin")
-#: Logons verified at the same time (each may cost ~50 ms and 16 MB of scrypt); more wait their turn.
-CONCURRENT_LOGONS = 4
-#: Refused logons from one host within FAILURE_WINDOW seconds after which its logons are refused without
-#: checking (no hashing: a password-guessing host cannot take the verification threads from everyone else).
-FAILURE_LIMIT = 100
-FAILURE_WINDOW = 60.0
-#: Hosts whose refusals are remembered at most (the record starts over past it).
-FAILURE_HOSTS = 10_000
+#: Password verifications (each ~50 ms and 16 MB of scrypt) run at the same time for the transports' logons,
+#: and, separately, for the Admin server's basic authentication: a flood on one share cannot starve the other.
+#: More wait their turn (in FIFO order, without a thread each).
+CONCURRENT_LOGONS = max(1, min(4, (os.cpu_count() or 2)))
+CONCURRENT_ADMIN_LOGONS = 1
+#: Niceness of the verification threads (Linux: per thread), so that the event loop wins the CPU from them.
+VERIFY_NICENESS = 5
+#: Refused logons of one (user, source address) pair that are checked freely; past them the pair waits an
+#: exponentially growing time (FAILURE_BASE_DELAY, doubling per further refusal, at most FAILURE_MAX_DELAY)
+#: during which its logons are refused without checking. Other users from the same address are unaffected;
+#: an accepted logon of the pair starts it over.
+FREE_FAILURES = 5
+FAILURE_BASE_DELAY = 1.0
+FAILURE_MAX_DELAY = 60.0
+#: A pair's record is forgotten this long after its last refusal.
+FAILURE_FORGET = 900.0
+#: (user, address) pairs remembered at most (the least recently refused is forgotten first).
+FAILURE_PAIRS = 10_000
+#: Longest user name kept in the limiter's key (longer ones are cut: the memory bound holds).
+FAILURE_USER_CHARS = 256
 
 
 @dataclass(slots=True)
@@ -95,6 +114,145 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@dataclass(slots=True)
+class _Pair:
+    """The refusals of one (user, address) pair."""
+
+    refusals: int = 0
+    blocked_until: float = 0.0
+    last: float = 0.0
+
+
+class FailureLimiter:
+    """Refused logons per (user, source address), with exponential backoff.
+
+    The first :data:`FREE_FAILURES` refusals of a pair cost nothing more; each checked refusal after them blocks
+    the pair for ``FAILURE_BASE_DELAY * 2**(refusals - FREE_FAILURES)`` seconds (at most
+    :data:`FAILURE_MAX_DELAY`), during which its logons are refused without hashing (and counted, so a guesser
+    that keeps trying meets ever longer blocks). Only the pair is blocked: another user presenting the right
+    password from the same address (a NAT, an office) logs on as usual. Memory is bounded by :data:`FAILURE_PAIRS`.
+
+    Args:
+        clock: Monotonic seconds.
+        pairs: Pairs remembered at most.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, pairs: int = FAILURE_PAIRS) -> None:
+        self._clock = clock
+        self._pairs: OrderedDict[tuple[str, str], _Pair] = OrderedDict()  # least recently refused first
+        self._limit = pairs
+
+    @staticmethod
+    def _key(user: str | None, host: str) -> tuple[str, str]:
+        return ((user or "")[:FAILURE_USER_CHARS], host)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def blocked_for(self, user: str | None, host: str) -> float:
+        """Seconds ``user`` from ``host`` must still wait before a logon is checked again (0: check it)."""
+        key = self._key(user, host)
+        pair = self._pairs.get(key)
+        if pair is None:
+            return 0.0
+        now = self._clock()
+        if now - pair.last > FAILURE_FORGET:
+            del self._pairs[key]
+            return 0.0
+        return max(0.0, pair.blocked_until - now)
+
+    def refused(self, user: str | None, host: str, *, checked: bool = True) -> float:
+        """Count a refused logon of ``user`` from ``host``; ``checked``: its password was verified (and found
+        wrong), which may start a block; an unchecked refusal (during a block) only counts.
+
+        Returns:
+            Seconds the pair is now blocked for.
+        """
+        key = self._key(user, host)
+        now = self._clock()
+        pair = self._pairs.pop(key, None)
+        if pair is None or now - pair.last > FAILURE_FORGET:
+            pair = _Pair()
+        self._pairs[key] = pair  # the most recent at the end
+        while len(self._pairs) > self._limit:
+            self._pairs.popitem(last=False)
+        pair.refusals += 1
+        pair.last = now
+        if checked and pair.refusals >= FREE_FAILURES:
+            exponent = min(pair.refusals - FREE_FAILURES, 32)
+            pair.blocked_until = now + min(FAILURE_MAX_DELAY, FAILURE_BASE_DELAY * 2.0 ** exponent)
+        return max(0.0, pair.blocked_until - now)
+
+    def accepted(self, user: str | None, host: str) -> None:
+        """The pair logged on: forget its refusals."""
+        self._pairs.pop(self._key(user, host), None)
+
+    def clear(self) -> None:
+        """Forget every pair (the credentials were reset)."""
+        self._pairs.clear()
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's scheduling priority (Linux nice is per thread; elsewhere nothing)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), VERIFY_NICENESS)
+
+
+class VerificationPool:
+    """A few dedicated threads, at a lower priority than the event loop, that verify passwords.
+
+    At most ``threads`` verifications run; more wait in FIFO order on a trio limiter (no thread, no queue in the
+    executor, cancellable). The threads are the pool's own (not trio's shared cache), so lowering their priority
+    touches nothing else.
+
+    Args:
+        name: Thread name prefix.
+        threads: Verifications at the same time.
+    """
+
+    def __init__(self, name: str, threads: int) -> None:
+        self.name = name
+        self.threads = threads
+        self._limiter: trio.CapacityLimiter | None = None
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_lower_priority)
+
+    @property
+    def limiter(self) -> trio.CapacityLimiter:
+        """The limiter verifications wait on (created in the running trio loop)."""
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(self.threads)
+        return self._limiter
+
+    @property
+    def busy(self) -> int:
+        """Verifications running now."""
+        return 0 if self._limiter is None else int(self._limiter.borrowed_tokens)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in one of the pool's threads and return its result (or raise its exception).
+
+        A cancelled caller stops waiting; a verification already running finishes in its thread (a slot is not
+        given back before it does, so the bound holds).
+        """
+        async with self.limiter:
+            token = trio.lowlevel.current_trio_token()
+            done = trio.Event()
+
+            def wake(_future: Future[T]) -> None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(done.set)
+
+            future = self._executor.submit(fn, *args)
+            future.add_done_callback(wake)
+            with trio.CancelScope(shield=True):  # keep the slot until the thread is free again
+                await done.wait()
+            return future.result()
+
+    def shutdown(self) -> None:
+        """Let the threads end (they are daemon-like: nothing waits for them)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
 class SecurityRuntime:
     """The modules of one broker.
 
@@ -108,8 +266,10 @@ class SecurityRuntime:
 
     def __init__(self, config: Config, chosen: SecurityPlugins, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        #: Host -> times of its recent refused logons.
-        self._failures: dict[str, deque[float]] = {}
+        #: Refused logons per (user, address): the transports' and the Admin server's.
+        self.failures = FailureLimiter(clock)
+        #: Bumped by every authentication reset: credentials remembered under an older value are void.
+        self.credentials_generation = 0
         self._objects: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
         self.authentication: Authenticator = self._build("authentication", chosen.authentication)
         self.entitlement: Entitlements = self._build("entitlement", chosen.entitlement)
@@ -120,7 +280,8 @@ class SecurityRuntime:
         self.admin: Authenticator | None = (self._build("authentication", chosen.admin)
                                             if chosen.admin is not None else None)
         self.refusals = RefusalCounts()
-        self.limiter = trio.CapacityLimiter(CONCURRENT_LOGONS)
+        self.pool = VerificationPool("broker-verify", CONCURRENT_LOGONS)
+        self.admin_pool = VerificationPool("broker-verify-admin", CONCURRENT_ADMIN_LOGONS)
         for t in config.transports:
             auth = self.transports.get(t.name, (self.authentication, None))[0]
             if not auth.checks_credentials and not is_loopback(t.host):
@@ -160,8 +321,10 @@ class SecurityRuntime:
         """Whether every transport accepts every logon with no restriction (the fast default)."""
         return all(not a.checks_credentials for a, _e in self.transports.values())
 
-    async def authenticate(self, authenticator: Authenticator, request: LogonRequest) -> Identity:
-        """Run ``authenticator`` in a worker thread (a few at a time).
+    async def authenticate(self, authenticator: Authenticator, request: LogonRequest, *,
+                           admin: bool = False) -> Identity:
+        """Run ``authenticator`` in a verification thread (a few at a time; ``admin``: in the Admin server's own
+        share, so that neither a transport logon flood nor an Admin guessing flood holds up the other).
 
         Raises:
             AuthenticationRefused: refused by the module, or the module failed (logged with its traceback:
@@ -170,7 +333,7 @@ class SecurityRuntime:
         if not authenticator.checks_credentials:
             return authenticator.authenticate(request)  # allow-all: no thread
         try:
-            return await trio.to_thread.run_sync(authenticator.authenticate, request, limiter=self.limiter)
+            return await (self.admin_pool if admin else self.pool).run(authenticator.authenticate, request)
         except AuthenticationRefused:
             raise
         except Exception as exc:
@@ -179,23 +342,23 @@ class SecurityRuntime:
             raise AuthenticationRefused(f"the authentication module failed ({type(exc).__name__}; the broker log "
                                         "has its traceback)") from None
 
-    def too_many_failures(self, host: str) -> bool:
-        """Whether ``host`` had :data:`FAILURE_LIMIT` refused logons within the last :data:`FAILURE_WINDOW`
-        seconds (its logons are then refused without checking until the window moves on)."""
-        times = self._failures.get(host)
-        if not times:
-            return False
-        horizon = self._clock() - FAILURE_WINDOW
-        while times and times[0] < horizon:
-            times.popleft()
-        return len(times) >= FAILURE_LIMIT
+    def blocked_for(self, user: str | None, host: str) -> float:
+        """Seconds before a logon of ``user`` from ``host`` is checked again (0: check it now); see
+        :class:`FailureLimiter`."""
+        return self.failures.blocked_for(user, host)
 
-    def logon_failed(self, host: str) -> None:
-        """Remember a refused logon from ``host``."""
-        if host not in self._failures and len(self._failures) >= FAILURE_HOSTS:
-            self._failures.clear()
-        times = self._failures.setdefault(host, deque(maxlen=FAILURE_LIMIT))
-        times.append(self._clock())
+    def logon_refused(self, user: str | None, host: str, *, checked: bool = True) -> float:
+        """Remember a refused logon of ``user`` from ``host``; returns the seconds the pair is blocked for."""
+        return self.failures.refused(user, host, checked=checked)
+
+    def logon_accepted(self, user: str | None, host: str) -> None:
+        """``user`` logged on from ``host``: its earlier refusals are forgotten."""
+        self.failures.accepted(user, host)
+
+    def close(self) -> None:
+        """Let the verification threads end (the broker is stopping)."""
+        self.pool.shutdown()
+        self.admin_pool.shutdown()
 
     # -- audit ---------------------------------------------------------------------------------------
     def refused(self, what: str, *, client: str, remote: str, user: str | None, reason: str) -> None:
@@ -241,6 +404,11 @@ class SecurityRuntime:
                 errors.append(f"{name}: {exc} (the old rules stay)")
         for line in done:
             log.info("reloaded %s module %s", kind, line)
+        if kind == "authentication":
+            # Revocation is immediate: nothing accepted under the old files is remembered (the Admin server's
+            # credential cache checks this number), and the refusal record starts over with the new passwords.
+            self.credentials_generation += 1
+            self.failures.clear()
         if errors:
             raise BrokerError("; ".join(errors))
         return done

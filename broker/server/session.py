@@ -580,6 +580,7 @@ class Session(PublishBatch):
         request = LogonRequest(
             user=_text_field(header.get("user_id")), password=_text_field(header.get("password")),
             client_name=_text_field(header.get("client_name")), remote=self.remote, transport=self.transport.name)
+        checked = self._authenticator.checks_credentials  # False: refused without verifying the password
         try:
             for name, value in (("user_id", header.get("user_id")), ("pw", header.get("password")),
                                 ("client_name", header.get("client_name"))):
@@ -588,24 +589,33 @@ class Session(PublishBatch):
             if request.client_name is not None and len(request.client_name) > MAX_CLIENT_NAME:
                 raise AuthenticationRefused(f"client_name is longer than {MAX_CLIENT_NAME} characters")
             host = self.remote.rpartition(":")[0]
-            if self._authenticator.checks_credentials and self.broker.security.too_many_failures(host):
-                raise AuthenticationRefused(f"{host} had too many refused logons in the last minute; refused "
-                                            "without checking")
-            identity = await self.broker.security.authenticate(self._authenticator, request)
+            security = self.broker.security
+            if checked and (wait := security.blocked_for(request.user, host)) > 0:
+                checked = False
+                raise AuthenticationRefused(f"too many refused logons for this user from {host}; refused without "
+                                            f"checking for {wait:.0f}s more (other users are not affected)")
+            identity = await security.authenticate(self._authenticator, request)
             grants = self._entitlements.grants(identity)
         except AuthenticationRefused as exc:
             if self._authenticator.checks_credentials:
-                self.broker.security.logon_failed(self.remote.rpartition(":")[0])
-            self._logon_refused(header, acks, request, str(exc))
+                self.broker.security.logon_refused(request.user, self.remote.rpartition(":")[0], checked=checked)
+            if self._logon_refused(header, acks, request, str(exc)):
+                await self._flush_and_close()
             return
+        if self._authenticator.checks_credentials:
+            self.broker.security.logon_accepted(request.user, self.remote.rpartition(":")[0])
         self.identity = identity
         self.grants = grants
         self._accept_logon(header, acks)
 
     def _logon_refused(self, header: Mapping[str, Any], acks: frozenset[str], request: LogonRequest,
-                       reason: str) -> None:
-        """Answer a refused logon with AMPS's failure (the client raises AuthenticationException); a session
-        that was logged on is closed, and so is one after :data:`MAX_LOGON_ATTEMPTS` refusals."""
+                       reason: str) -> bool:
+        """Answer a refused logon with AMPS's failure (the client raises AuthenticationException).
+
+        Returns:
+            Whether the session must now be closed (:meth:`_flush_and_close`, so the failure ack goes out
+            first): one that was logged on, or one after :data:`MAX_LOGON_ATTEMPTS` refusals.
+        """
         self.logons_refused += 1
         shown_user = request.user if request.user is None or len(request.user) <= 64 else request.user[:64] + "..."
         shown_name = (request.client_name or "")[:64]
@@ -613,8 +623,18 @@ class Session(PublishBatch):
                                      reason=reason[:300])
         self.broker.counters.commands_failed += 1
         self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
-        if (self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS) and self.close(
-                "logon refused" if self.logged_on else f"{self.logons_refused} logons refused"):
+        return self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS
+
+    async def _flush_and_close(self) -> None:
+        """Close after a refused logon, once its failure ack is written (at most :data:`FAILURE_ACK_FLUSH`
+        seconds: a client that does not read does not hold the connection open)."""
+        reason = "logon refused" if self.logged_on else f"{self.logons_refused} logons refused"
+        with trio.move_on_after(FAILURE_ACK_FLUSH):
+            while self.outbound.held and not self.outbound.closed:
+                await self.outbound.wait_below(0)
+                if self.outbound.held:
+                    await trio.sleep(0.005)  # the last batch is being written
+        if self.close(reason):
             self.broker.counters.logons_refused_disconnects += 1
 
     def _accept_logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
@@ -845,6 +865,8 @@ _BOOKMARK_NOW = "0|1|"
 AUTHENTICATION_FAILURE = "authentication failure"
 #: Refused logons after which a connection is closed.
 MAX_LOGON_ATTEMPTS = 3
+#: Seconds a refused logon's failure ack may take to be written before the connection is closed anyway.
+FAILURE_ACK_FLUSH = 2.0
 #: The longest client name accepted at logon.
 MAX_CLIENT_NAME = 1024
 

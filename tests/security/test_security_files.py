@@ -212,17 +212,33 @@ def test_admin_https_needs_both_files(tmp_path: Path) -> None:
     assert (config.admin.certificate, config.admin.private_key) == ("c.pem", "k.pem")
 
 
-def test_a_host_with_too_many_refused_logons_is_refused_without_checking(tmp_path: Path) -> None:
-    from broker.security.runtime import FAILURE_LIMIT, FAILURE_WINDOW, SecurityRuntime
+def test_refused_logons_back_off_per_user_and_address(tmp_path: Path) -> None:
+    from broker.security.runtime import FAILURE_BASE_DELAY, FAILURE_MAX_DELAY, FREE_FAILURES, SecurityRuntime
 
     now = [1000.0]
     config = load_config(_config(tmp_path, ""))
     security = SecurityRuntime(config, resolve_plugins(config, build_plugin_manager()).security,
                                clock=lambda: now[0])
-    for _ in range(FAILURE_LIMIT - 1):
-        security.logon_failed("10.0.0.9")
-    assert not security.too_many_failures("10.0.0.9")
-    security.logon_failed("10.0.0.9")
-    assert security.too_many_failures("10.0.0.9") and not security.too_many_failures("10.0.0.10")
-    now[0] += FAILURE_WINDOW + 1
-    assert not security.too_many_failures("10.0.0.9")  # the window moved on
+    for _ in range(FREE_FAILURES - 1):
+        assert security.logon_refused("bob", "10.0.0.9") == 0
+    assert security.logon_refused("bob", "10.0.0.9") == FAILURE_BASE_DELAY
+    assert security.blocked_for("bob", "10.0.0.9") == FAILURE_BASE_DELAY
+    # Only the pair: another user from the address, and the user from another address, are checked.
+    assert security.blocked_for("carol", "10.0.0.9") == 0 and security.blocked_for("bob", "10.0.0.10") == 0
+    for _ in range(10):  # refused unchecked while blocked: counted, the block does not move
+        security.logon_refused("bob", "10.0.0.9", checked=False)
+    assert security.blocked_for("bob", "10.0.0.9") == FAILURE_BASE_DELAY
+    now[0] += FAILURE_BASE_DELAY
+    assert security.blocked_for("bob", "10.0.0.9") == 0
+    assert security.logon_refused("bob", "10.0.0.9") == FAILURE_MAX_DELAY  # doubled per refusal, capped
+    security.logon_accepted("bob", "10.0.0.9")
+    assert security.blocked_for("bob", "10.0.0.9") == 0
+
+
+def test_the_limiter_memory_is_bounded() -> None:
+    from broker.security.runtime import FailureLimiter
+
+    limiter = FailureLimiter(lambda: 0.0, pairs=100)
+    for i in range(1000):
+        limiter.refused(f"user-{i}", "10.0.0.9")
+    assert len(limiter) == 100
