@@ -43,9 +43,10 @@ async def serve_transport(
     addresses = [listener.socket.getsockname()[:2] for listener in listeners]
     context = None
     if transport.tls is not None:
-        from broker.security.tls import handshake, server_context
+        from broker.security.tls import HandshakeBound, handshake, server_context
 
         context = server_context(transport.tls, f"Transport {transport.name!r} ({transport.where})")
+        handshakes = HandshakeBound()
     for addr in addresses:
         log.info("Transport %s listening on %s:%s (%s%s)", transport.name, addr[0], addr[1], transport.protocol,
                  ", TLS" if context is not None else "")
@@ -58,8 +59,20 @@ async def serve_transport(
             remote = "?"
         session_stream: trio.abc.Stream = stream
         if context is not None:
-            secure = trio.SSLStream(stream, context, server_side=True)
-            if not await handshake(secure, remote, transport.name, transport.logon_timeout):
+            host = remote.rpartition(":")[0]
+            if not handshakes.enter(host):
+                if handshakes.refused % 1000 == 1:  # a storm logs a line now and then, not one per connection
+                    log.warning("TLS connection from %s on transport %s closed: %d handshakes from that address "
+                                "are in progress already (%d such connections closed)", remote, transport.name,
+                                handshakes.limit, handshakes.refused)
+                await trio.aclose_forcefully(stream)
+                return
+            try:
+                secure = trio.SSLStream(stream, context, server_side=True)
+                ok = await handshake(secure, remote, transport.name, transport.logon_timeout)
+            finally:
+                handshakes.leave(host)
+            if not ok:
                 return
             session_stream = secure
         if transport.protocol == "websocket":
