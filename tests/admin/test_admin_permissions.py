@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.timeout(180)
 
 AMPS = pytest.importorskip("AMPS")
 
-PASSWORDS = {"admin": "admin-pw", "operator": "operator-pw", "reader": "reader-pw", "janitor": "janitor-pw"}
+PASSWORDS = {"admin": "admin-pw", "operator": "operator-pw", "reader": "reader-pw", "janitor": "janitor-pw",
+             "viewer": "viewer-pw"}
 
 ENTITLEMENTS = """
 [user.admin]
@@ -43,6 +45,9 @@ read = ["orders"]
 
 [user.janitor]
 admin_actions = ["remove_.*"]
+
+[user.viewer]
+admin = ["statistics"]
 """
 
 ACTIONS = """<Actions>
@@ -100,15 +105,19 @@ def journal_files(directory: Path) -> list[str]:
     return sorted(p.name for p in (directory / "journal").iterdir() if p.is_file() and "journal" in p.name)
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker with a password file, an entitlement file, a journal of at least two full files, and the
-    remove_journals and stop REST actions."""
+def start_broker(tmp_path: Path) -> BrokerProcess:
+    """A broker with a password file, an entitlement file, a journal and the remove_journals and stop REST
+    actions."""
     for user, password in PASSWORDS.items():
         set_password(tmp_path / "users.passwd", user, password)
     (tmp_path / "entitlements.toml").write_text(ENTITLEMENTS)
-    process = BrokerProcess.from_xml(tmp_path, admin=True, transaction_log=TXLOG, extra=SECURITY + ACTIONS)
-    process.start()
+    return BrokerProcess.from_xml(tmp_path, admin=True, transaction_log=TXLOG, extra=SECURITY + ACTIONS).start()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """:func:`start_broker`, its journal filled to at least two full files."""
+    process = start_broker(tmp_path)
     try:
         publisher = AMPS.Client("permissions-publisher")
         publisher.connect(f"tcp://admin:{PASSWORDS['admin']}@127.0.0.1:{process.port}/amps/json")
@@ -218,3 +227,39 @@ def test_every_admin_path_for_every_identity(broker: BrokerProcess) -> None:
                     "/amps/administrator/actions/remove_journals": False, "/amps/administrator/actions/stop": True}
     assert "entitlement reloaded" in broker.log() or "reloaded" in broker.log()
     assert broker.wait_exit(30) == 0, "the admin's stop request did not shut the broker down"
+
+
+@pytest.mark.timeout(120)
+def test_the_console_shows_only_what_the_user_may_do(tmp_path: Path, start_chromium: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    process = start_broker(tmp_path)
+    try:
+        shown: dict[str, list[str]] = {}
+        for user in ("viewer", "operator", "admin"):
+            browser = start_chromium(1280, 1000)
+            # Chromium sends a URL's credentials with the page only, not with its scripts and fetches: send
+            # the header with every request, as a browser does once the user has answered its login prompt.
+            browser.execute_cdp_cmd("Network.enable", {})
+            token = base64.b64encode(f"{user}:{PASSWORDS[user]}".encode()).decode()
+            browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}})
+            browser.get(f"http://127.0.0.1:{process.admin_port}/")
+            WebDriverWait(browser, 30).until(  # the first state rendered (the access with it)
+                lambda b: b.execute_script("return document.querySelector('#instance-name').textContent !== ''"))
+            section = browser.find_element(By.ID, "admin-section")
+            shown[user] = [b.get_attribute("data-admin") for b in section.find_elements(By.CSS_SELECTOR, "button")
+                           if section.is_displayed()]
+            if user == "admin":
+                browser.find_element(By.CSS_SELECTOR, '[data-admin="reset-entitlement"]').click()
+                WebDriverWait(browser, 30).until(
+                    lambda b: " 200 " in b.find_element(By.ID, "admin-result").text)
+        assert shown == {
+            "viewer": [],
+            "operator": ["/amps/administrator/actions/remove_journals"],
+            "admin": ["reset-authentication", "reset-entitlement", "/amps/administrator/actions/remove_journals",
+                      "/amps/administrator/actions/stop"],
+        }
+        assert "entitlement reloaded" in process.log()
+    finally:
+        process.stop()

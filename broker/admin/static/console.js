@@ -108,6 +108,7 @@ function render(state) {
     el('td', {}, ago(a.last_run_start)), el('td', { class: 'num' }, a.last_run_duration === null ? '–' : `${a.last_run_duration.toFixed(2)} s`),
     el('td', {}, a.running ? 'running' : ''))));
 
+  renderAccess(state.access);
   setPoints(state.interval_setting);
   if (state.taken_at !== lastTaken && state.interval && !history.some((p) => p.taken_at === state.taken_at)) {
     history.push({ taken_at: state.taken_at, in: state.totals.in_per_sec, out: state.totals.out_per_sec });
@@ -115,6 +116,49 @@ function render(state) {
   }
   lastTaken = state.taken_at;
   drawChart(state);
+}
+
+// -- administration: only what this user may do (state.access: its Admin rights and the actions it may run) --
+let shownAccess = '';
+
+async function administer(path, label, required) {
+  const query = new URLSearchParams();
+  for (const name of required) {
+    const value = window.prompt(`${label}: ${name}?`);
+    if (value === null) return;
+    query.set(name, value);
+  }
+  $('#admin-result').textContent = `${label}: running…`;
+  try {
+    const r = await fetch(`${path}${required.length ? `?${query}` : ''}`, { method: 'POST', cache: 'no-store' });
+    $('#admin-result').textContent = `${label}: ${r.status} ${(await r.text()).trim()}`;
+  } catch (e) { $('#admin-result').textContent = `${label}: ${e.message || e}`; }
+}
+
+function renderAccess(access) {
+  const text = JSON.stringify(access || null);
+  if (text === shownAccess) return;  // rebuilt only when the rights change: a click is never lost
+  shownAccess = text;
+  const buttons = [];
+  if (access && access.rights.includes('reset')) {
+    for (const kind of ['authentication', 'entitlement']) {
+      buttons.push(el('button', { type: 'button', 'data-admin': `reset-${kind}` }, `Reload ${kind} file`));
+      buttons[buttons.length - 1].addEventListener('click',
+        () => administer(`/amps/administrator/authorization/${kind}/reset`, `Reload ${kind} file`, []));
+    }
+  }
+  for (const a of (access ? access.run : [])) {
+    const label = a.shutdown ? `Shut down (${a.name})` : a.name;
+    const button = el('button', { type: 'button', 'data-admin': a.path, class: a.shutdown ? 'danger' : '' }, label);
+    button.addEventListener('click', () => {
+      if (a.shutdown && !window.confirm('Shut the broker down?')) return;
+      administer(a.path, label, a.required);
+    });
+    buttons.push(button);
+  }
+  $('#admin-buttons').replaceChildren(...buttons);
+  $('#admin-section').hidden = buttons.length === 0;
+  $('#admin-who').textContent = access && access.user ? `${access.user}: ${access.rights.join(', ') || 'no Admin right'}` : '';
 }
 
 function drawChart(state) {
