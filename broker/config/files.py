@@ -40,6 +40,23 @@ _HINTS = {
 }
 
 
+def _admin_checks_credentials(entitlement_file: etree._Element) -> bool:
+    """Whether the instance's ``<EntitlementFile>`` ``entitlement_file`` decides the Admin port's rights: there is an
+    ``<Admin>`` with an authentication module (its own, else the instance's) that is not AMPS's allow-all one."""
+    from broker.security import ALLOW_ALL_AUTHENTICATION
+
+    module = entitlement_file.getparent()
+    owner = module.getparent() if module is not None else None
+    root = owner.getparent() if owner is not None else None
+    if owner is None or root is None or owner.tag != "Entitlement" or root.getparent() is not None:
+        return False
+    admin = child(root, "Admin")
+    if admin is None:
+        return False
+    name = _text(child(child(admin, "Authentication"), "Module")) or _text(child(child(root, "Authentication"), "Module"))
+    return bool(name) and name != ALLOW_ALL_AUTHENTICATION
+
+
 def check_files(root: etree._Element, log: IssueLog, cwd: str | None = None) -> None:
     """Record an error for every file the configuration under ``root`` reads that is missing or unreadable,
     and every folder it writes into that cannot be created.
@@ -166,7 +183,10 @@ class _Checker:
             else:
                 from broker.security.entitlement_file import EntitlementFile
 
-                EntitlementFile(path)
+                if not EntitlementFile(path).grants_admin() and _admin_checks_credentials(el):
+                    self.log.warn(el, f"{self._named(el, text_of(el))}: no table grants an Admin right, so nobody "
+                                  "may use the authenticated Admin port (every request is refused with 403): add "
+                                  'admin = ["*"] to an administrator\'s table (docs/security.md, Admin permissions)')
         except BrokerError as exc:
             self.log.error(el, f"{self._named(el, text_of(el))}: {exc}")
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -263,3 +266,42 @@ def test_the_console_shows_only_what_the_user_may_do(tmp_path: Path, start_chrom
         assert "entitlement reloaded" in process.log()
     finally:
         process.stop()
+
+
+def check(tmp_path: Path, entitlements: str) -> subprocess.CompletedProcess[str]:
+    """``broker check`` of a config with an authenticated Admin port and ``entitlements`` as its entitlement file."""
+    set_password(tmp_path / "users.passwd", "admin", PASSWORDS["admin"])
+    (tmp_path / "entitlements.toml").write_text(entitlements)
+    process = BrokerProcess.from_xml(tmp_path, admin=True, extra=SECURITY)
+    return subprocess.run([sys.executable, "-m", "broker", "check", str(process.config_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_broker_check_validates_the_admin_section(tmp_path: Path) -> None:
+    at = "/AMPSConfig/Entitlement/Options/EntitlementFile"
+    bad = check(tmp_path, '[user.admin]\nadmin = ["stats"]\n')
+    assert bad.returncode != 0
+    assert re.search(rf"broker-\d+\.xml:\d+: {at}: .*entitlements\.toml: \[user\.admin\]: admin: unknown right\(s\) "
+                     r"'stats'; use \"statistics\", \"actions\", \"reset\", \"shutdown\", or \"\*\"", bad.stderr), bad.stderr
+    pattern = check(tmp_path, '[user.admin]\nadmin_actions = ["remove_(journals"]\n')
+    assert pattern.returncode != 0
+    assert re.search(rf"broker-\d+\.xml:\d+: {at}: .*\[user\.admin\] admin_actions: action path pattern "
+                     r"'remove_\(journals'", pattern.stderr), pattern.stderr
+    nobody = check(tmp_path, '[user.admin]\nread = [".*"]\n')
+    assert nobody.returncode == 0, nobody.stderr
+    assert re.search(rf"warning: .*broker-\d+\.xml:\d+: {at}: .*no table grants an Admin right, so nobody may use "
+                     "the authenticated Admin port", nobody.stderr), nobody.stderr
+    granted = check(tmp_path, '[user.admin]\nadmin = ["*"]\n')
+    assert granted.returncode == 0 and "Admin right" not in granted.stderr, granted.stderr
+
+
+def test_without_admin_grants_the_broker_warns_and_refuses_everyone(tmp_path: Path) -> None:
+    set_password(tmp_path / "users.passwd", "admin", PASSWORDS["admin"])
+    (tmp_path / "entitlements.toml").write_text('[user.admin]\nread = [".*"]\nwrite = [".*"]\n')
+    with BrokerProcess.from_xml(tmp_path, admin=True, extra=SECURITY + ACTIONS) as process:
+        assert process.admin_port is not None
+        assert "no table of the entitlement file" in process.log() and "grants an Admin right" in process.log()
+        for path in ("/metrics", "/amps.json", "/", "/amps/administrator/actions/stop"):
+            status, body = get(process.admin_port, path, "admin")
+            assert status == 403, (path, body)
+        assert process.proc is not None and process.proc.poll() is None
