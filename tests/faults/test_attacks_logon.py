@@ -200,41 +200,36 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
     proc.stop()
 
 
-def test_stalled_handshakes_from_one_address_are_bounded(tls_broker) -> None:
+def open_stalled(port: int, source: str, count: int) -> list[socket.socket]:
+    """``count`` TCP connections from ``source`` to the TLS port that never send their ClientHello."""
     stalled: list[socket.socket] = []
-    try:
-        for _ in range(HANDSHAKES_PER_ADDRESS + 6):
-            sock = socket.socket()
-            sock.bind(("127.0.0.3", 0))
-            sock.connect(("127.0.0.1", tls_broker.tls_port))
-            stalled.append(sock)
-        for sock in stalled:
-            sock.setblocking(False)
-        deadline = time.monotonic() + 15  # the extra ones are closed at once; the others wait for a ClientHello
-        while True:
-            open_ones = 0
-            for sock in stalled:
-                try:
-                    open_ones += sock.recv(1, socket.MSG_PEEK) != b""
-                except BlockingIOError:
-                    open_ones += 1
-                except ConnectionError:
-                    pass
-            if open_ones <= HANDSHAKES_PER_ADDRESS or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert open_ones == HANDSHAKES_PER_ADDRESS
-        # Another address is not affected by the stalled ones.
-        context = ssl.create_default_context(cafile=str(tls_broker.ca))
-        with socket.create_connection(("127.0.0.1", tls_broker.tls_port), timeout=10) as raw, \
-                context.wrap_socket(raw, server_hostname="127.0.0.1"):
-            pass
-    finally:
-        for sock in stalled:
-            sock.close()
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        stalled.append(sock)
+    return stalled
 
 
-def test_a_handshake_storm_leaves_a_logged_on_tls_client_working(tls_broker) -> None:
+def still_open(stalled: list[socket.socket], expected: int) -> int:
+    """How many of ``stalled`` the broker keeps open, once it closed all but ``expected`` (or 15 s passed)."""
+    deadline = time.monotonic() + 15
+    while True:
+        count = 0
+        for sock in stalled:
+            try:
+                count += sock.recv(1, socket.MSG_PEEK) != b""
+            except BlockingIOError:
+                count += 1  # open, waiting for its ClientHello
+            except ConnectionError:
+                pass
+        if count <= expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.1)
+
+
+def test_a_handshake_storm_leaves_a_tls_client_working_and_is_bounded_per_address(tls_broker) -> None:
     AMPS.ssl_init()
     client_context = AMPS.ssl_get_context()
     client_context.load_verify_locations(str(tls_broker.ca))
@@ -247,7 +242,7 @@ def test_a_handshake_storm_leaves_a_logged_on_tls_client_working(tls_broker) -> 
 
     stop = threading.Event()
     done = [0]
-    refused = [0]
+    failed = [0]
 
     def storm(source: str) -> None:
         context = ssl.create_default_context(cafile=str(tls_broker.ca))
@@ -260,24 +255,76 @@ def test_a_handshake_storm_leaves_a_logged_on_tls_client_working(tls_broker) -> 
                     with context.wrap_socket(raw, server_hostname="127.0.0.1"):
                         done[0] += 1
             except (ssl.SSLError, OSError):
-                refused[0] += 1
+                failed[0] += 1
 
     threads = [threading.Thread(target=storm, args=(f"127.0.0.{2 + i % 2}",), daemon=True) for i in range(12)]
     for thread in threads:
         thread.start()
+    stalled: list[socket.socket] = []
     try:
+        # Handshakes that stall, from one address: only HANDSHAKES_PER_ADDRESS stay, the rest are closed at once.
+        stalled = open_stalled(tls_broker.tls_port, "127.0.0.4", HANDSHAKES_PER_ADDRESS + 6)
+        assert still_open(stalled, HANDSHAKES_PER_ADDRESS) == HANDSHAKES_PER_ADDRESS
         for i in range(40):
             bystander.publish("ticks", json.dumps({"i": i}))
             bystander.publish_flush(10000)
             time.sleep(0.05)
+        # The stalled ones do not hold up another address's handshake.
+        with socket.create_connection(("127.0.0.1", tls_broker.tls_port), timeout=10) as raw, \
+                ssl.create_default_context(cafile=str(tls_broker.ca)).wrap_socket(raw, server_hostname="127.0.0.1"):
+            pass
     finally:
         stop.set()
         for thread in threads:
             thread.join(15)
+        for sock in stalled:
+            sock.close()
     deadline = time.monotonic() + 10
     while len(received) < 40 and time.monotonic() < deadline:
         time.sleep(0.05)
     bystander.close()
     assert [json.loads(d)["i"] for d in received] == list(range(40))
-    assert done[0] > 20, f"only {done[0]} storm handshakes completed ({refused[0]} refused)"
+    assert done[0] > 20, f"only {done[0]} storm handshakes completed ({failed[0]} failed)"
     assert "session from" not in tls_broker.log() and "Traceback" not in tls_broker.log()
+
+
+def test_the_handshake_runs_in_the_handshake_threads(tmp_path: Path) -> None:
+    """The broker's handshake drives trio's SSLStream with its CPU steps in the pool (not trio's on-loop path)."""
+    import trio
+    import trio.testing
+
+    from broker.security import tls
+
+    ca = make_ca(tmp_path)
+    certificate, key = ca.issue("server", server=True)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(certificate, key)
+    threads: set[str] = set()
+    original = tls._step
+
+    def step(ssl_object: ssl.SSLObject) -> bool:
+        threads.add(threading.current_thread().name)
+        return original(ssl_object)
+
+    async def main() -> None:
+        left, right = trio.testing.memory_stream_pair()
+        server = trio.SSLStream(left, server_context, server_side=True)
+        client = trio.SSLStream(right, ssl.create_default_context(cafile=str(ca.cert_path)),
+                                server_hostname="localhost")
+        async with trio.open_nursery() as nursery:
+            async def serve() -> None:
+                assert await tls.handshake(server, "127.0.0.1:1", "t", 10)
+                assert await server.receive_some(100) == b"ping"
+                await server.send_all(b"pong")
+
+            nursery.start_soon(serve)
+            await client.do_handshake()
+            await client.send_all(b"ping")
+            assert await client.receive_some(100) == b"pong"
+
+    tls._step = step
+    try:
+        trio.run(main)
+    finally:
+        tls._step = original
+    assert threads and all(name.startswith("broker-tls") for name in threads), threads
