@@ -156,7 +156,8 @@ ADMIN = group(
     *ignored("Header", "ExternalInetAddr", "AccessControlAllowOrigin",
              "SessionOptions", "SQLTransport", "SQLTransportInetAddr", "Galvanometer",
              note="the admin server has no Galvanometer or custom headers yet"),
-    *ignored("Entitlement", note="an authenticated Admin user may use every endpoint"),
+    *ignored("Entitlement", note="the instance's Entitlement module decides the Admin port's permissions "
+                             "(docs/security.md, Admin permissions)"),
     leaf("Certificate", "path", "HTTPS: the Admin server's certificate chain (PEM); with PrivateKey the Admin "
          "port serves https:// only.", "none: plain HTTP"),
     leaf("PrivateKey", "path", "HTTPS: the certificate's private key (PEM).", "none"),
