@@ -32,6 +32,7 @@ filter = { orders = "/region = 'EU'" }
 read = [".*"]
 write = [".*"]
 replay = [".*"]
+admin = ["*"]
 """
 
 SECURE = """
