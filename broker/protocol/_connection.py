@@ -160,12 +160,15 @@ class Connection:
         ValueError: ``max_frame_size`` is not positive.
     """
 
-    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_headers", "_max", "_pos")
+    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_headers", "_max", "_max_name",
+                 "_pos")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 max_name: str = "the Transport's <MaxMessageSize>") -> None:
         if max_frame_size <= 0:
             raise ValueError(f"max_frame_size must be positive, got {max_frame_size}")
         self._max = max_frame_size
+        self._max_name = max_name
         # bytes while the buffer is one unmodified chunk (slicing it copies once), bytearray when a
         # frame straddles reads and chunks must be joined.
         self._buf: bytes | bytearray = b""
@@ -182,6 +185,18 @@ class Connection:
     def max_frame_size(self) -> int:
         """The largest payload accepted."""
         return self._max
+
+    def limit(self, max_frame_size: int, max_name: str) -> None:
+        """Change the largest payload accepted from the next frame on (a session lifts its logon bound once the
+        client logged on); ``max_name`` names the setting in the error a bigger frame raises.
+
+        Raises:
+            ValueError: ``max_frame_size`` is not positive.
+        """
+        if max_frame_size <= 0:
+            raise ValueError(f"max_frame_size must be positive, got {max_frame_size}")
+        self._max = max_frame_size
+        self._max_name = max_name
 
     def receive_data(self, data: Buffer) -> None:
         """Add bytes read from the socket; ``b""`` means the peer closed its side.
@@ -269,7 +284,7 @@ class Connection:
         if size > self._max:
             self._fail(
                 f"peer sent a frame of {size} bytes, above the limit of {self._max} bytes "
-                "(raise the Transport's <MaxMessageSize> if such messages are expected)"
+                f"(raise {self._max_name} if such messages are expected)"
             )
         if size == 0:
             self._fail("peer sent an empty frame (length 0); every AMPS frame has at least a header")
@@ -297,9 +312,8 @@ class Connection:
                     and not (header.get("topic") or "").startswith(RESERVED_TOPIC_PREFIX):
                 key = bytes(buf[start:body_start])
                 self._keep_header(key, header, _SEQ_FIELD.search(key) if b"\\" not in key else None)
-        body = buf[body_start:end]
-        if type(body) is not bytes:
-            body = bytes(body)
+        # One copy of the body (a bytearray's slice then bytes() would be two: 50 MB each for a large frame).
+        body = buf[body_start:end] if type(buf) is bytes else bytes(memoryview(buf)[body_start:end])
         self._pos = end
         self._frames_received += 1
         return Frame(header, body)

@@ -19,8 +19,8 @@ come from wsproto. Worked out by running the npm ``amps`` 5.3.4 client against t
 * The client reads a header's ``s`` with the regular expression ``"s":(\\d+),``, so ``s`` is never
   sent as a header's last field.
 
-Limits: a message or a command (all its parts) larger than ``max_message_size`` closes the connection
-(1009); the client's masking, UTF-8 text and control frames are checked by wsproto (1002/1007).
+Limits: a message or a command (all its parts) larger than ``max_message_size``, or a message in more than
+:data:`MAX_FRAGMENTS` frames, closes the connection (1009); the client's masking, UTF-8 text and control frames are checked by wsproto (1002/1007).
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ _HEAD64 = struct.Struct(">BBQ").pack
 _COUNT = struct.Struct("<I")
 #: Most messages one command may announce (the client sends the header and one data part).
 MAX_PARTS: Final = 64
+#: Most frames one WebSocket message may come in (the npm client and browsers send each message as one frame):
+#: a message of a million one-byte continuation frames would cost the broker seconds of parsing (issue 34).
+MAX_FRAGMENTS: Final = 4096
 _PATH = re.compile(r"/amps(?:/([A-Za-z0-9_.-]+))?/?\Z")
 _S_LAST = re.compile(rb',"s":(\d+)\}\Z')
 _DATA_COMMANDS: Final = frozenset({b"p", b"publish", b"oof", b"sow"})
@@ -114,6 +117,11 @@ class WebSocketAmps:
         self.text_data: bool | None = None
         self._message: list[bytes | str] = []
         self._message_size = 0
+        self._fragments = 0
+        #: More WebSocket frames may wait in the parser (:meth:`receive_data` stopped at its ``max_events``).
+        self.more = False
+        #: WebSocket frames (events) the last :meth:`process` handled.
+        self.handled = 0
         self._expect = 0
         self._parts: list[bytes] = []
         self._parts_size = 0
@@ -127,8 +135,12 @@ class WebSocketAmps:
         """Bytes of a message or command being received (held until complete)."""
         return self._message_size + self._parts_size
 
-    def receive_data(self, data: bytes) -> None:
-        """Add bytes read from the socket; ``b""``: the peer closed its side.
+    def receive_data(self, data: bytes, max_events: int | None = None) -> bool:
+        """Add bytes read from the socket (``b""``: the peer closed its side) and handle the WebSocket frames they
+        complete: all of them, or at most ``max_events`` (then the rest wait: :meth:`process`).
+
+        Returns:
+            Whether frames may still wait (:attr:`more`): let other tasks run, then call :meth:`process`.
 
         Raises:
             RemoteProtocolError: The peer broke the WebSocket or AMPS-over-WebSocket rules; a close frame
@@ -137,11 +149,25 @@ class WebSocketAmps:
         if not data:
             self.closed = True
         if self._ws.state in (ConnectionState.CLOSED, ConnectionState.REJECTING):
-            return
+            self.more = False
+            return False
+        self._ws.receive_data(data or None)
+        return self.process(max_events)
+
+    def process(self, max_events: int | None = None) -> bool:
+        """Handle the WebSocket frames already received (at most ``max_events``); as :meth:`receive_data`."""
+        self.more = False
+        self.handled = 0
+        if self._ws.state in (ConnectionState.CLOSED, ConnectionState.REJECTING):
+            return False
         try:
-            self._ws.receive_data(data or None)
             for event in self._ws.events():
+                self.handled += 1
                 self._event(event)
+                if max_events is not None and self.handled >= max_events:
+                    self.more = True
+                    break
+            return self.more
         except WsRemoteProtocolError as exc:
             hint = exc.event_hint
             if hint is not None and self._ws.state is not ConnectionState.CLOSED:
@@ -200,13 +226,17 @@ class WebSocketAmps:
     def _message_part(self, event: Message) -> None:  # type: ignore[type-arg]
         data = event.data
         self._message_size += len(data)
+        self._fragments += event.frame_finished  # wsproto hands a large frame over in pieces as its bytes arrive
+        if self._fragments > MAX_FRAGMENTS and not event.message_finished:
+            self._fail(1009, f"a message in more than {MAX_FRAGMENTS} frames (send each message as one frame, "
+                             "or in fewer, larger fragments)")
         if self._message_size + self._parts_size > self._max:
             self._fail(1009, f"a message or command of more than {self._max} bytes (the Transport's <MaxMessageSize>; "
                              "raise it if such messages are expected)")
         self._message.append(data)
         if not event.message_finished:
             return
-        parts, self._message, self._message_size = self._message, [], 0
+        parts, self._message, self._message_size, self._fragments = self._message, [], 0, 0
         text = isinstance(event, TextMessage)
         payload = "".join(parts).encode() if text else b"".join(parts)  # type: ignore[arg-type]
         self._complete(payload, isinstance(event, BytesMessage))
@@ -243,6 +273,7 @@ class WebSocketAmps:
         self._parts_size = 0
         self._message.clear()
         self._message_size = 0
+        self._fragments = 0
 
     def _fail(self, code: int, reason: str) -> None:
         self._drop_partial()

@@ -53,6 +53,47 @@ GATHER_RATE = GATHER_BYTES / (2 * GATHER_WAIT_SECONDS)
 RATE_SPAN_SECONDS = 0.002
 
 
+#: Frames (AMPS frames the session dispatches one by one, WebSocket frames the stream parses) one connection's reader
+#: handles before it lets other tasks run, whatever one socket read brought: 64 KB of tiny frames are thousands, and at
+#: 10 to 20 us each they would hold the event loop for tens of milliseconds (issue 34).
+TURN_FRAMES = 256
+
+
+class TurnBudget:
+    """One connection's work per turn of the event loop, shared by its layers (a websocket connection's stream
+    parses WebSocket frames and its session dispatches the AMPS frames they carry: both spend from the same budget).
+
+    :meth:`spend` counts frames; once TURN_FRAMES were spent since the last yield, :meth:`pace` yields
+    (``trio.lowlevel.checkpoint``). A read that waited for input is a yield too (:meth:`yielded`).
+    """
+
+    __slots__ = ("frames", "yields")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.yields = 0  # times pace() let others run (statistics, tests)
+
+    def spend(self, frames: int = 1) -> bool:
+        """Count ``frames``; ``True`` when the turn's budget is spent (call :meth:`pace`)."""
+        self.frames += frames
+        return self.frames >= TURN_FRAMES
+
+    def left(self) -> int:
+        """Frames this turn may still handle (at least 1)."""
+        return max(1, TURN_FRAMES - self.frames)
+
+    def yielded(self) -> None:
+        """Other tasks ran (the reader waited or checkpointed): a new turn starts."""
+        self.frames = 0
+
+    async def pace(self) -> None:
+        """Yield to other tasks when this turn's budget is spent."""
+        if self.frames >= TURN_FRAMES:
+            self.frames = 0
+            self.yields += 1
+            await trio.lowlevel.checkpoint()
+
+
 def _read_now(fd: int, max_bytes: int) -> bytes | None:
     """Up to ``max_bytes`` from the socket; ``None`` when none are waiting, ``b""`` once the peer is gone."""
     try:

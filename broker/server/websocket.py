@@ -17,7 +17,7 @@ import trio
 
 from broker.errors import BrokerError, RemoteProtocolError
 from broker.protocol.websocket import WebSocketAmps
-from broker.server.sockio import read_some, socket_fd, write_all
+from broker.server.sockio import TurnBudget, read_some, socket_fd, write_all
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -48,6 +48,8 @@ class WebSocketStream(trio.abc.Stream):
         self._inbox = b""
         self._reserved = 0
         self._eof = False
+        #: This connection's work per loop turn, shared with its Session (which dispatches the AMPS frames).
+        self.turn = TurnBudget()
         #: The close frame's code and reason when the broker ends the connection (a Session closes its stream
         #: with trio.aclose_forcefully, so only a close sent before that reaches the client).
         self._close: tuple[int, str] = (1000, "")
@@ -122,8 +124,16 @@ class WebSocketStream(trio.abc.Stream):
             data = b""
         if data:
             self.last_heard = trio.current_time()
+        self.turn.yielded()  # read_some yielded; a stream's receive_some checkpoints
         try:
-            self.ws.receive_data(data)
+            # A read of tiny WebSocket frames is thousands of them: parse a turn's budget at a time.
+            self.ws.receive_data(data, self.turn.left())
+            while True:
+                self.turn.spend(self.ws.handled)
+                if not self.ws.more:
+                    break
+                await self.turn.pace()
+                self.ws.process(self.turn.left())
         except RemoteProtocolError as exc:
             self._refused(exc)
             await self._flush()
