@@ -17,6 +17,8 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 #: The maximum AMPS frame the broker accepts unless a Transport sets <MaxMessageSize>.
 DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+#: The largest frame a connection may send before it logged on unless a Transport sets <MaxLogonSize>.
+DEFAULT_MAX_LOGON_SIZE = 64 * 1024
 #: Outbound bytes buffered for one client before it is disconnected as a slow client.
 DEFAULT_CLIENT_BUFFER = 256 * 1024 * 1024
 #: Seconds a connection may stay without logging on unless a Transport sets <LogonTimeout>.
@@ -85,6 +87,9 @@ class TransportConfig:
     message_type: str | None = None
     #: Largest frame accepted (``<MaxMessageSize>``, a broker extension); bigger frames close the connection.
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    #: Largest frame accepted before the connection logged on (``<MaxLogonSize>``, a broker extension; the
+    #: smaller of it and ``max_message_size`` applies): a bigger one closes the connection.
+    max_logon_size: int = DEFAULT_MAX_LOGON_SIZE
     #: ``<MessageMemoryLimit>`` per client: outbound bytes buffered before the client is disconnected.
     client_buffer: int = DEFAULT_CLIENT_BUFFER
     #: ``<LogonTimeout>`` (broker extension): seconds a connection may stay without logging on (0: forever).

@@ -180,6 +180,9 @@ TRANSPORT = group(
          "any: the client's URI (/amps/json) chooses"),
     leaf("MaxMessageSize", "size", "Broker extension: the largest frame accepted (on a websocket transport: "
          "the largest message and the largest command); a bigger one closes the connection.", "64MB"),
+    leaf("MaxLogonSize", "size", "Broker extension: the largest frame a connection may send before it "
+         "logged on (its logon, with the credentials), at least 256 bytes; a bigger one closes the connection "
+         "with a warning in the log, before its bytes are read. After a logon MaxMessageSize applies.", "64KB"),
     leaf("MaxMessageDepth", "count", "Broker extension: the deepest nesting of objects/arrays (json) or "
          "elements (xml) a published body may have, 1 to 200; a deeper body is refused with a parse "
          "error naming the limit.", "64"),

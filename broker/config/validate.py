@@ -31,6 +31,7 @@ from broker.config.log_targets import build_logging
 from broker.config.model import (
     DEFAULT_CLIENT_BUFFER,
     DEFAULT_LOGON_TIMEOUT,
+    DEFAULT_MAX_LOGON_SIZE,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_TOTAL_MEMORY_LIMIT,
     ActionConfig,
@@ -260,16 +261,21 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
             log.error(child(el, "MaxMessageSize"), "MaxMessageSize must be greater than 0")
         buffer = _memory_limit(reader, el, client_buffer)
         logon_timeout = reader.interval(el, "LogonTimeout", default=DEFAULT_LOGON_TIMEOUT)
+        max_logon = reader.size(el, "MaxLogonSize", default=DEFAULT_MAX_LOGON_SIZE)
+        if max_logon is not None and max_logon < 256:
+            log.error(child(el, "MaxLogonSize"), f"MaxLogonSize must be at least 256 bytes (a logon frame with "
+                                                 f"its credentials), got {max_logon}; the default is 64KB")
+            max_logon = None
         idle_timeout = reader.interval(el, "IdleTimeout", default=0.0)
         max_depth = reader.value_of(el, "MaxMessageDepth", _message_depth, DEFAULT_MAX_DEPTH)
         if address is not None and name is not None:
             context.addresses.append((address[0], address[1], name, reader.where(address_el)))
-        if None in (name, address, protocol, max_size, buffer, logon_timeout, idle_timeout, max_depth) or (
+        if None in (name, address, protocol, max_size, max_logon, buffer, logon_timeout, idle_timeout, max_depth) or (
                 message_type_el is not None
                                                                    and message_type is None):
             continue
         assert name is not None and address is not None and protocol is not None
-        assert max_size is not None and buffer is not None
+        assert max_size is not None and max_logon is not None and buffer is not None
         assert logon_timeout is not None and idle_timeout is not None and max_depth is not None
         tls = _tls(reader, el, name, type_ == "tcps")
         if type_ == "tcps" and tls is None:
@@ -277,7 +283,7 @@ def _transports(reader: Reader, root: etree._Element, context: _Context, client_
         authentication, entitlement = _security(reader, el)
         result.append(TransportConfig(name=name, type=type_ or "tcp", host=address[0], port=address[1],
                                       protocol=protocol, message_type=message_type,
-                                      max_message_size=max_size, client_buffer=buffer,
+                                      max_message_size=max_size, max_logon_size=max_logon, client_buffer=buffer,
                                       logon_timeout=logon_timeout, idle_timeout=idle_timeout,
                                       max_message_depth=max_depth, where=where,
                                       authentication=authentication, entitlement=entitlement, tls=tls))

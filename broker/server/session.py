@@ -36,7 +36,7 @@ from broker.server.outbound import Flusher, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay
-from broker.server.sockio import SocketInput
+from broker.server.sockio import SocketInput, TurnBudget
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
 
@@ -100,7 +100,15 @@ class Session(PublishBatch):
         self.engine = broker.engine
         self.transport = transport
         self.remote = remote
-        self.conn = Connection(max_frame_size=transport.max_message_size)
+        # Before logon only a small frame is read (<MaxLogonSize>): a peer that has not proved who it is does not get
+        # to make the broker buffer and parse megabytes; the reader lifts the bound once the client logged on.
+        self._logon_bound = min(getattr(transport, "max_logon_size", transport.max_message_size),
+                                transport.max_message_size)
+        self.conn = Connection(max_frame_size=self._logon_bound, max_name="the Transport's <MaxLogonSize> (the "
+                               "largest frame accepted before a logon)" if self._logon_bound < transport.max_message_size
+                               else "the Transport's <MaxMessageSize>")
+        #: This connection's work per loop turn (a websocket stream's own, shared: it parses the WebSocket frames).
+        self.turn: TurnBudget = getattr(stream, "turn", None) or TurnBudget()
         self.outbound = Outbound(transport.client_buffer, broker.memory)
         #: Bytes of the broker-wide budget reserved for the frame being received.
         self._reserved_in = 0
@@ -316,6 +324,8 @@ class Session(PublishBatch):
             hold_end = 0.0  # writes are held (HOLD_WRITES_SECONDS) until then, while reads find more input
             run = 0  # publishes applied since this read: a streaming client's input is gathered (SocketInput.ran)
             plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
+                if source is not None:
+                    self.turn.yielded()  # SocketInput.read always yields
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
@@ -376,6 +386,11 @@ class Session(PublishBatch):
             except ProtocolError as exc:
                 self.broker.counters.protocol_errors += 1
                 self.closed_reason = f"protocol error: {exc}"
+                    if self._logon_bound and self.logged_on:
+                        self._logon_bound = 0
+                        conn.limit(self.transport.max_message_size, "the Transport's <MaxMessageSize>")
+                    if self.turn.spend():  # thousands of small commands in one read: let other clients run
+                        await self.turn.pace()
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
             finally:
