@@ -316,6 +316,8 @@ class Session(PublishBatch):
         while True:
             try:
                 data = await (source.read() if source is not None else self.stream.receive_some(READ_SIZE))
+                if source is not None:
+                    self.turn.yielded()  # SocketInput.read always yields
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
@@ -324,8 +326,6 @@ class Session(PublishBatch):
             hold_end = 0.0  # writes are held (HOLD_WRITES_SECONDS) until then, while reads find more input
             run = 0  # publishes applied since this read: a streaming client's input is gathered (SocketInput.ran)
             plain: Any = None  # the last header found to take the batch path (a publisher's frames share one)
-                if source is not None:
-                    self.turn.yielded()  # SocketInput.read always yields
             # The publishes of one read are applied together (Engine.publish_batch), before the next other
             # command: a client's commands stay in order.
             batch: list[Any] = []
@@ -378,6 +378,11 @@ class Session(PublishBatch):
                         flusher.flush()
                     hold_end = 0.0
                     await self._dispatch(header, bytes(frame.body))
+                    if self._logon_bound and self.logged_on:
+                        self._logon_bound = 0
+                        conn.limit(self.transport.max_message_size, "the Transport's <MaxMessageSize>")
+                    if self.turn.spend():  # thousands of small commands in one read: let other clients run
+                        await self.turn.pace()
             except NotAmpsError as exc:
                 self.broker.counters.protocol_errors += 1
                 self.closed_reason = "not an AMPS client"
@@ -386,11 +391,6 @@ class Session(PublishBatch):
             except ProtocolError as exc:
                 self.broker.counters.protocol_errors += 1
                 self.closed_reason = f"protocol error: {exc}"
-                    if self._logon_bound and self.logged_on:
-                        self._logon_bound = 0
-                        conn.limit(self.transport.max_message_size, "the Transport's <MaxMessageSize>")
-                    if self.turn.spend():  # thousands of small commands in one read: let other clients run
-                        await self.turn.pace()
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
             finally:
