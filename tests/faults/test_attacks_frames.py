@@ -1,0 +1,263 @@
+"""Issue 34: no frame holds the event loop. An attacker on a raw socket sends what used to stall every client (a
+huge logon before authentication, a 50 MB publish, a WebSocket message in thousands of one-byte frames); a bystander
+on the official AMPS client keeps working, and the attacker is bounded or closed with a log line.
+
+Behaviour, not timing: the checks are that the broker closes (or answers) the attacker, names the bound in its log,
+and that the bystander's round trips (a publish to its own subscription) keep completing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
+from broker.testing.process import BrokerProcess
+from broker.testing.wsclient import WsClient, read_until_closed
+from tests.e2e.raw_amps import Raw
+
+AMPS = pytest.importorskip("AMPS")
+
+
+class Bystander:
+    """An official-client session that publishes to its own subscription and waits for each message back."""
+
+    def __init__(self, uri: str) -> None:
+        self.client = AMPS.Client(f"bystander-{time.monotonic_ns()}")
+        self.client.connect(uri)
+        self.client.logon(10000)
+        self.topic = f"bystander-{time.monotonic_ns()}"
+        self._arrived = threading.Event()
+        self.client.subscribe(lambda message: self._arrived.set(), self.topic, timeout=10000)
+        self.trips = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def round_trip(self, timeout: float = 10.0) -> None:
+        self._arrived.clear()
+        self.client.publish(self.topic, "{}")
+        assert self._arrived.wait(timeout), "the bystander's own message did not come back"
+        self.trips += 1
+
+    def start(self) -> None:
+        """Keep round-tripping in a thread until :meth:`stop`."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.round_trip(30.0)
+                time.sleep(0.002)
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+    def close(self) -> None:
+        self.stop()
+        self.client.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess.from_xml(tmp_path, websocket=True).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _answer_or_close(sock: socket.socket, timeout: float = 20.0) -> dict | None:
+    """The first frame's header the broker sends on ``sock``, or ``None`` when it closes the connection first."""
+    sock.settimeout(timeout)
+    conn = Connection()
+    while True:
+        event = conn.next_event()
+        if event is CLOSED:
+            return None
+        if event is NEED_DATA:
+            try:
+                conn.receive_data(sock.recv(65536))
+            except (ConnectionResetError, BrokenPipeError):
+                return None
+            continue
+        return dict(event.header.fields())
+
+
+def _send_ignoring_reset(sock: socket.socket, data: bytes) -> None:
+    # The broker may close the connection before taking everything: what the bound does.
+    with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+        sock.sendall(data)
+
+
+def test_a_logon_frame_over_the_logon_bound_is_closed_with_a_log_line(broker: BrokerProcess) -> None:
+    bystander = Bystander(broker.uri)
+    try:
+        bystander.start()
+        sock = socket.create_connection(("127.0.0.1", broker.port), timeout=20)
+        try:
+            _send_ignoring_reset(sock, encode_frame({"c": "logon", "cid": "L", "client_name": "huge-logon",
+                                                     "a": "processed", "user_id": "u" * 2_000_000}))
+            assert _answer_or_close(sock) is None, "a 2 MB logon before authentication was read and answered"
+        finally:
+            sock.close()
+        deadline = time.monotonic() + 10
+        while "MaxLogonSize" not in broker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "MaxLogonSize" in broker.log(), broker.log()[-2000:]
+        before = bystander.trips
+        deadline = time.monotonic() + 20
+        while bystander.trips < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bystander.trips >= before + 3
+    finally:
+        bystander.close()
+
+
+def test_a_logon_within_the_bound_works_and_the_bound_lifts_after_it(broker: BrokerProcess) -> None:
+    # 16 KB of credentials pass the 64 KB default; once logged on, MaxMessageSize (64 MB) applies: a 1 MB publish
+    # goes through to a subscriber.
+    raw = socket.create_connection(("127.0.0.1", broker.port), timeout=20)
+    taker = AMPS.Client(f"taker-{time.monotonic_ns()}")
+    try:
+        taker.connect(broker.uri)
+        taker.logon(10000)
+        got: list[int] = []
+        arrived = threading.Event()
+
+        def on_message(message: object) -> None:
+            got.append(len(message.get_data()))  # type: ignore[attr-defined]
+            arrived.set()
+
+        taker.subscribe(on_message, "lifted", timeout=10000)
+        raw.sendall(encode_frame({"c": "logon", "cid": "L", "client_name": "long-credentials", "a": "processed",
+                                  "mt": "json", "user_id": "u" * 16_000}))
+        ack = _answer_or_close(raw)
+        assert ack is not None and ack.get("status") == "success", ack
+        body = b'{"x":"' + b"a" * 1_000_000 + b'"}'
+        raw.sendall(encode_frame({"c": "p", "t": "lifted"}, body))
+        assert arrived.wait(20), broker.log()[-2000:]
+        assert got == [len(body)]
+    finally:
+        raw.close()
+        taker.close()
+
+
+def test_max_logon_size_is_configurable_and_checked(tmp_path: Path) -> None:
+    proc = BrokerProcess.from_xml(tmp_path, transport_extra="<MaxLogonSize>400KB</MaxLogonSize>").start()
+    try:
+        raw = Raw.__new__(Raw)  # a Raw whose logon carries 300 KB of credentials
+        raw.sock = socket.create_connection(("127.0.0.1", proc.port), timeout=20)
+        raw.conn = Connection()
+        raw.send({"c": "logon", "cid": "L", "client_name": "big-credentials", "a": "processed", "mt": "json",
+                  "user_id": "u" * 300_000})
+        assert raw.ack("L", "processed")["status"] == "success"
+        raw.close()
+    finally:
+        proc.stop()
+    bad = tmp_path / "bad.xml"
+    bad.write_text(proc.config_path.read_text().replace("<MaxLogonSize>400KB", "<MaxLogonSize>100"))
+    checked = subprocess.run([sys.executable, "-m", "broker", "check", str(bad)], capture_output=True, text=True,
+                             timeout=60)
+    assert checked.returncode != 0
+    assert "MaxLogonSize must be at least 256 bytes" in checked.stdout + checked.stderr
+
+
+def test_a_50mb_publish_is_delivered_intact_while_a_bystander_keeps_round_tripping(broker: BrokerProcess) -> None:
+    size = 50_000_000
+    body = b'{"x":"' + b"a" * (size - 8) + b'"}'
+    taker = AMPS.Client(f"taker-{time.monotonic_ns()}")
+    taker.connect(broker.uri)
+    taker.logon(10000)
+    got: list[bytes] = []
+    arrived = threading.Event()
+
+    def on_message(message: object) -> None:
+        got.append(message.get_data_raw() if hasattr(message, "get_data_raw") else message.get_data())  # type: ignore[attr-defined]
+        arrived.set()
+
+    taker.subscribe(on_message, "big", timeout=10000)
+    bystander = Bystander(broker.uri)
+    raw = Raw(broker.port, "big-publisher")
+    try:
+        bystander.start()
+        time.sleep(0.2)
+        before = bystander.trips
+        sender = threading.Thread(target=raw.send, args=({"c": "p", "t": "big", "cid": "big", "a": "processed"}, body))
+        sender.start()
+        assert raw.ack("big", "processed")["status"] == "success"
+        during = bystander.trips - before  # round trips completed while the frame was sent, read and applied
+        sender.join(60)
+        assert arrived.wait(60), broker.log()[-2000:]
+        data = got[0]
+        assert len(data) == len(body) and (data if isinstance(data, bytes) else data.encode()) == body
+        assert during >= 3, f"the bystander completed only {during} round trips while 50 MB were read"
+        after = bystander.trips
+        deadline = time.monotonic() + 20
+        while bystander.trips < after + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bystander.trips >= after + 3
+    finally:
+        raw.close()
+        bystander.close()
+        taker.close()
+
+
+def _fragments(count: int) -> bytes:
+    """A command (count message, then a header message of ``count`` one-byte frames: ``{`` spaces ``}``)."""
+    key = b"\x01\x02\x03\x04"
+
+    def frame(opcode: int, payload: bytes, fin: bool) -> bytes:
+        masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+        return bytes(((0x80 if fin else 0) | opcode, 0x80 | len(payload))) + key + masked
+
+    return (frame(0x2, (1).to_bytes(4, "little"), True) + frame(0x1, b"{", False)
+            + frame(0x0, b" ", False) * (count - 2) + frame(0x0, b"}", True))
+
+
+def test_a_websocket_fragment_flood_is_closed_and_bystanders_work(broker: BrokerProcess) -> None:
+    bystander = Bystander(broker.uri)
+    ws_bystander = WsClient.connect(broker.websocket_port or 0, f"ws-bystander-{time.monotonic_ns()}")
+    attacker = WsClient.connect(broker.websocket_port or 0, f"ws-attacker-{time.monotonic_ns()}")
+    try:
+        bystander.start()
+        _send_ignoring_reset(attacker.sock, _fragments(20_000))
+        closing = read_until_closed(attacker.sock, 30)
+        assert b"frames" in closing, closing[-200:]  # the close frame's reason names the fragment bound
+        assert "more than 4096 frames" in broker.log()
+        ws_bystander.command({"c": "flush", "cid": "f1", "a": "processed"})
+        header, _ = ws_bystander.next_message(20)
+        assert header.get("c") == "ack" and header.get("cid") == "f1", header
+        before = bystander.trips
+        deadline = time.monotonic() + 20
+        while bystander.trips < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bystander.trips >= before + 3
+    finally:
+        attacker.close()
+        ws_bystander.close()
+        bystander.close()
+
+
+def test_a_websocket_message_in_a_few_fragments_is_still_accepted(broker: BrokerProcess) -> None:
+    client = WsClient.connect(broker.websocket_port or 0, f"ws-fragmented-{time.monotonic_ns()}")
+    try:
+        client.sock.sendall(_fragments(1000))  # a header "{ ... }" in 1,000 frames: an empty command, refused
+        client.command({"c": "flush", "cid": "f2", "a": "processed"})
+        seen = []
+        while True:
+            header, _ = client.next_message(20)
+            seen.append(header)
+            if header.get("cid") == "f2":
+                break
+        assert seen[-1].get("status") == "success", seen
+    finally:
+        client.close()
