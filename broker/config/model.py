@@ -260,6 +260,9 @@ class Config:
     #: The instance's ``<Authentication>`` / ``<Entitlement>``; ``None``: AMPS's allow-all defaults.
     authentication: PluginRef | None = None
     entitlement: PluginRef | None = None
+    #: ``<AllowClientNameTakeover>`` (broker extension): with authentication, whether a logon under a client
+    #: name another user holds disconnects that user (AMPS's behaviour) instead of being refused.
+    allow_client_name_takeover: bool = False
     #: ``<MaxFilterLength>`` (broker extension): the longest content filter accepted, in characters.
     max_filter_length: int = MAX_FILTER_LENGTH
     #: ``<MaxFilterDepth>`` (broker extension): the deepest nesting of a content filter accepted.

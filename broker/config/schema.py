@@ -298,9 +298,13 @@ TRANSACTION_LOG = group(
          "topics alike; 0s: never.", "0s: never"),
     leaf("PublisherSequenceJumpLimit", "count", "Broker extension: a publish whose sequence (s) is more "
          "than this above its publisher's last one is refused (an impostor's huge s would otherwise make "
-         "the real publisher's later publishes look like duplicates); a new publisher may start anywhere; "
-         "0: no limit. It applies to every publish, logged or not (without a TransactionLog, the default "
-         "holds).", "1000000"),
+         "the real publisher's later publishes look like duplicates). On an open transport a publisher the "
+         "broker has no record of starts from zero: its first s may be at most this, or an official "
+         "client's publish-store sequence (the current time in milliseconds times a million); an "
+         "authenticated publisher may start anywhere. 0: no limit. It applies to every publish, logged or "
+         "not (without a TransactionLog, the default holds). Trade-off: a client numbering its own "
+         "publishes whose state the broker lost (journal deleted, entries expired) is refused until the "
+         "limit is raised (docs/security.md).", "1000000"),
     *ignored("O_DIRECT", "CompressedJournalCacheMemoryLimit",
              note="the journal is written with buffered I/O and publisher records are kept"),
 )
@@ -357,6 +361,11 @@ ROOT = group(
          "publisher does not lose "
          "its connection to consumers that stopped reading; outbound queues past it offline the largest "
          "consumers first (as slow clients). 0: no limit.", "1GB"),
+    leaf("AllowClientNameTakeover", "boolean", "Broker extension: with authentication, a logon under a "
+         "client name that another user is using, or used within the de-duplication window "
+         "(<InactiveClientAckExpiration>; 0s: while the broker runs), is refused with 'name in use'; true: it "
+         "disconnects that user instead (AMPS's behaviour). Publisher de-duplication is kept per user and "
+         "client name either way (docs/security.md).", "false"),
     leaf("MaxFilterLength", "count", "Broker extension: the longest content filter a client may "
          "send, in characters, 1 to 262144; a longer one is refused with a bad filter failure naming the "
          "limit. Filters of 2 KiB and more compile in a worker thread.", "32768"),

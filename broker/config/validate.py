@@ -106,6 +106,7 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     reader.boolean(root, "ConfigIncludeCommentDefault", False)
     reader.size(root, "ConfigCycleDetectionThreshold", default=0)
     reader.boolean(root, "ConfigValidation", True)
+    takeover = reader.boolean(root, "AllowClientNameTakeover", False)
 
     modules = _modules(reader, root, context)
     admin = _admin(reader, child(root, "Admin"), context)
@@ -118,12 +119,13 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     actions = _actions(reader, root)
     logging_config = build_logging(reader, child(root, "Logging"))
     authentication, entitlement = _security(reader, root)
-    if name is None or total_memory is None or filter_length is None or filter_depth is None:
+    if name is None or total_memory is None or filter_length is None or filter_depth is None or takeover is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
                   transaction_log=transaction_log, actions=actions, logging=logging_config,
                   total_memory_limit=total_memory, authentication=authentication, entitlement=entitlement,
-                  max_filter_length=filter_length, max_filter_depth=filter_depth)
+                  max_filter_length=filter_length, max_filter_depth=filter_depth,
+                  allow_client_name_takeover=takeover)
 
 
 def _security(reader: Reader, el: etree._Element) -> tuple[PluginRef | None, PluginRef | None]:
