@@ -56,7 +56,7 @@ class FanOut:
         plain = _plain_targets(candidates) if candidates else []
         if plain is None:
             return False
-        mt, name = client.message_type, client.name
+        mt, name = client.message_type, client.publisher_key
         items, received, high, top = plain_items(messages, start, end, results, high, bool(name), DUPLICATE,
                                                  mt.lazy if max_depth is not None else None, max_depth,
                                                  type(mt) is JsonMessageType)

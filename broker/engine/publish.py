@@ -169,7 +169,7 @@ class PublishSteps:
         journal = self.journal
         logged = journal is not None and self.is_logged(topic)
         full = logged and getattr(journal, "disk_full", False)
-        name = client.name
+        name = client.publisher_key  # the de-duplication key: client name (and identity, when authenticated)
         # The highest s applied or journaled: a later message at or below it is a re-send (de-duplication).
         high = 0
         if name:
@@ -328,7 +328,7 @@ class PublishSteps:
         recipe = recipe_of() if recipe_of is not None else None
         if recipe is None:
             return False
-        name = client.name
+        name = client.publisher_key
         scan = _keyed_scan(messages, start, end, -1 if max_depth is None else max_depth, recipe[0], recipe[1],
                            storage.held, storage.complete, high, bool(name), now_ns, _PUBLISH)
         if scan is None:

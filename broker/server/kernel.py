@@ -41,6 +41,7 @@ from broker.messagetypes import get_message_type
 from broker.plugin_config import resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
 from broker.security.runtime import SecurityRuntime
+from broker.server.client_names import ClientNames
 from broker.server.counters import BrokerCounters
 from broker.server.outbound import MemoryBudget
 from broker.server.recovery import RecoveryProgress, RecoveryReport, mark_clean, recover, state_path
@@ -145,6 +146,10 @@ class Broker:
         self.memory = MemoryBudget(config.total_memory_limit)
         #: Logged-on sessions by client name: a second logon under a name disconnects the first.
         self.sessions_by_name: dict[str, Any] = {}
+        #: Who holds each client name: with authentication, another user's logon under it is refused (a
+        #: name stays its user's for the de-duplication window, <InactiveClientAckExpiration>).
+        txlog = config.transaction_log
+        self.client_names = ClientNames(txlog.inactive_client_ack_expiration if txlog is not None else 0.0)
         #: The broker's own totals (named fields: a misspelt counter is an AttributeError).
         self.counters = BrokerCounters()
         self.latency = Histogram()
@@ -367,11 +372,16 @@ class Broker:
                         "offlined %d consumers, largest first; now %d input, %d output", limit, before_in,
                         before_out, offlined, budget.input, budget.output)
 
-    def last_persisted(self, client_name: str) -> int:
-        """The highest publish-store sequence persisted for a publisher (for the logon ack)."""
-        last = self.engine.publisher_seq.get(client_name, 0)
+    def last_persisted(self, publisher_key: str, publisher_hash: int) -> int:
+        """The highest publish-store sequence persisted for a publisher (for the logon ack).
+
+        Args:
+            publisher_key: Its de-duplication key (:func:`broker.txlog.dedup.publisher_key`).
+            publisher_hash: The key's hash (:func:`broker.txlog.bookmarks.client_name_hash`).
+        """
+        last = self.engine.publisher_seq.get(publisher_key, 0)
         if self.journal is not None:
-            last = max(last, self.journal.dedup.last_persisted(client_name))
+            last = max(last, self.journal.dedup.last_persisted_hash(publisher_hash))
         return last
 
     # -- durability ----------------------------------------------------------------------------------

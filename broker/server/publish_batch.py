@@ -10,6 +10,7 @@ acks go one at a time through :meth:`PublishBatch._publish`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,8 @@ class PublishBatch:
     grants: Any
     name: str
     name_hash: int
+    publisher_key: str
+    identity_keyed: bool
     messages_in: int
     _persist_after: int
 
@@ -179,7 +182,12 @@ class PublishBatch:
         with a huge ``s`` (a client logged on under another's name) would make the real publisher's later
         publishes be acknowledged and dropped. This holds for every publish: the last ``s`` is the highest
         the journal knows for the publisher (logged topics, across restarts) or the highest the engine
-        applied in this run (every topic). A publisher known to neither may start anywhere.
+        applied in this run (every topic).
+
+        A publisher known to neither starts from zero on an open transport: its first ``s`` may be at most
+        the limit, or the official clients' publish-store numbering (milliseconds since the epoch times a
+        million, :func:`is_store_clock_sequence`). An authenticated publisher's state is its own (keyed by
+        identity and client name): it may start anywhere.
 
         Args:
             seq: The publish's ``s``.
@@ -195,7 +203,7 @@ class PublishBatch:
         limit = txlog.sequence_jump_limit if txlog is not None else DEFAULT_SEQUENCE_JUMP_LIMIT
         if not limit:
             return
-        last = self.engine.publisher_seq.get(self.name)
+        last = self.engine.publisher_seq.get(self.publisher_key)
         journal = self.broker.journal
         if journal is not None and journal.dedup.is_known_hash(self.name_hash):
             dedup = journal.dedup
@@ -203,7 +211,19 @@ class PublishBatch:
             last = logged if last is None else max(last, logged)
         if batch_high:
             last = batch_high if last is None else max(last, batch_high)
-        if last is not None and seq - last > limit:
+        if last is None:
+            if self.identity_keyed or seq <= limit or is_store_clock_sequence(seq):
+                return
+            self.broker.counters.sequence_jumps_refused += 1
+            raise CommandError(
+                "invalid sequence",
+                f"publish sequence {seq} is the first of client name {self.name!r} and more than {limit} above "
+                "zero; on an open transport a new publisher starts at most that far from zero (or at a "
+                "publish-store sequence of the current time, as the official clients number them), so that "
+                "no client can make another's later publishes look like duplicates. Number publishes from 1, "
+                "or raise <PublisherSequenceJumpLimit> (0: no limit) if the broker lost the journal a "
+                "publish store still counts on")
+        if seq - last > limit:
             self.broker.counters.sequence_jumps_refused += 1
             raise CommandError(
                 "invalid sequence",
@@ -241,3 +261,23 @@ class PublishBatch:
             self._persisted_ack(sequence, header)
         else:
             self.ack(header, acks, "persisted", s=header.get("seq"))
+
+
+#: The official clients number a publish store from (milliseconds since the epoch) x 1,000,000 + 1.
+STORE_SEQUENCE_PER_MS = 1_000_000
+#: The earliest clock a publish-store sequence may carry: 2001-09-09 (10^12 ms), before any store in use.
+STORE_CLOCK_EARLIEST_MS = 10**12
+#: How far ahead of the broker's clock a publish-store sequence may be (the client's clock may run ahead).
+STORE_CLOCK_AHEAD_MS = 24 * 3600 * 1000
+
+
+def is_store_clock_sequence(seq: int, now: float | None = None) -> bool:
+    """Whether ``seq`` looks like an official client's publish-store sequence: its clock part (``seq`` divided
+    by a million, in milliseconds since the epoch) between 2001 and a day past the broker's clock.
+
+    Args:
+        seq: A publish's ``s``.
+        now: Seconds since the epoch (the system clock when omitted).
+    """
+    now_ms = int((time.time() if now is None else now) * 1000)
+    return STORE_CLOCK_EARLIEST_MS <= seq // STORE_SEQUENCE_PER_MS <= now_ms + STORE_CLOCK_AHEAD_MS

@@ -39,6 +39,7 @@ from broker.server.replay import historical_topics, prepare_historical_replay
 from broker.server.sockio import SocketInput, TurnBudget
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
+from broker.txlog.dedup import publisher_key
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -114,6 +115,11 @@ class Session(PublishBatch):
         self._reserved_in = 0
         self.name = ""
         self.name_hash = 0
+        #: The de-duplication key (:func:`publisher_key`: the client name, and the user when authenticated);
+        #: ``name_hash`` is its hash, which the journal records carry.
+        self.publisher_key = ""
+        #: Whether the key includes a proved identity (the logon was authenticated).
+        self.identity_keyed = False
         self.logged_on = False
         self.message_type = broker.message_type(transport.message_type or "json")
         self.connected_at = time.time()
@@ -247,6 +253,8 @@ class Session(PublishBatch):
             self.broker.sessions.discard(self)
             if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
                 del self.broker.sessions_by_name[self.name]
+            if self.logged_on:
+                self.broker.client_names.release(self.name, self)  # its user's for the de-duplication window
             self.engine.disconnect(self)
             self.broker.counters.client_disconnects += 1
             self.broker.counters.bytes_out_closed += self.outbound.bytes_out  # totals never go down
@@ -603,6 +611,8 @@ class Session(PublishBatch):
                     raise AuthenticationRefused(f"{name} is a {type(value).__name__}, not text")
             if request.client_name is not None and len(request.client_name) > MAX_CLIENT_NAME:
                 raise AuthenticationRefused(f"client_name is longer than {MAX_CLIENT_NAME} characters")
+            if request.client_name is not None and "\x00" in request.client_name:
+                raise AuthenticationRefused("client_name contains a NUL character")
             host = self.remote.rpartition(":")[0]
             security = self.broker.security
             if checked and (wait := security.blocked_for(request.user, host)) > 0:
@@ -619,13 +629,31 @@ class Session(PublishBatch):
             return
         if self._authenticator.checks_credentials:
             self.broker.security.logon_accepted(request.user, self.remote.rpartition(":")[0])
+        if taken := self._name_taken(header.get("client_name") or self.id, identity):
+            if self._logon_refused(header, acks, request, taken, failure=NAME_IN_USE):
+                await self._flush_and_close()
+            return
         self.identity = identity
         self.grants = grants
         self._accept_logon(header, acks)
 
+    def _name_taken(self, name: str, identity: Identity) -> str:
+        """Why this logon may not use its client name (another authenticated user holds it, or held it within
+        the de-duplication window: the name's publishes and bookmarks are theirs); empty when it may, or when
+        ``<AllowClientNameTakeover>`` allows a takeover."""
+        if not self._authenticator.checks_credentials or self.broker.config.allow_client_name_takeover:
+            return ""
+        holder = self.broker.client_names.owner(name, identity.user)
+        if holder is None:
+            return ""
+        return (f"client name {name!r} belongs to user {holder!r} (connected, or within the de-duplication "
+                "window <InactiveClientAckExpiration>); use another client name, or set "
+                "<AllowClientNameTakeover>true</AllowClientNameTakeover> to let another user take it over")
+
     def _logon_refused(self, header: Mapping[str, Any], acks: frozenset[str], request: LogonRequest,
-                       reason: str) -> bool:
-        """Answer a refused logon with AMPS's failure (the client raises AuthenticationException).
+                       reason: str, *, failure: str = "") -> bool:
+        """Answer a refused logon with AMPS's failure: ``failure`` (the client raises NameInUseException for
+        :data:`NAME_IN_USE`), else :data:`AUTHENTICATION_FAILURE` (AuthenticationException).
 
         Returns:
             Whether the session must now be closed (:meth:`_flush_and_close`, so the failure ack goes out
@@ -637,7 +665,7 @@ class Session(PublishBatch):
         self.broker.security.refused("logon", client=shown_name, remote=self.remote, user=shown_user,
                                      reason=reason[:300])
         self.broker.counters.commands_failed += 1
-        self.ack(header, acks | {"processed"}, "processed", reason=AUTHENTICATION_FAILURE, now=True)
+        self.ack(header, acks | {"processed"}, "processed", reason=failure or AUTHENTICATION_FAILURE, now=True)
         return self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS
 
     async def _flush_and_close(self) -> None:
@@ -653,10 +681,24 @@ class Session(PublishBatch):
             self.broker.counters.logons_refused_disconnects += 1
 
     def _accept_logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
-        if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
-            del self.broker.sessions_by_name[self.name]  # logging on again, maybe under another name
+        names = self.broker.client_names
+        if self.logged_on:  # logging on again, maybe under another name
+            names.release(self.name, self)
+            if self.broker.sessions_by_name.get(self.name) is self:
+                del self.broker.sessions_by_name[self.name]
         self.name = header.get("client_name") or self.id
-        self.name_hash = client_name_hash(self.name)
+        # De-duplication is keyed by identity and client name: another user's sequence numbers under this
+        # name never make this one's publishes look like re-sends (an open transport proves no identity).
+        user = self.identity.user if self.identity is not None and self._authenticator.checks_credentials \
+            else None
+        self.identity_keyed = user is not None
+        self.publisher_key = publisher_key(self.name, user)
+        self.name_hash = client_name_hash(self.publisher_key)
+        if user is not None and self.broker.journal is not None:
+            # A journal written before identities were keyed: the name's entry becomes this identity's.
+            self.broker.journal.dedup.adopt(client_name_hash(self.name), self.name_hash)
+        holder = names.owner(self.name, user)
+        names.claim(self.name, user, self)
         mt = header.get("message_type")
         if mt and self.transport.message_type is None:
             self.message_type = self.broker.message_type(mt)
@@ -666,11 +708,13 @@ class Session(PublishBatch):
         if previous is not None and previous is not self:
             # AMPS's behaviour: the newest logon wins; two clients under one name would share its
             # de-duplication and bookmark state.
-            log.warning("%s (%s) logged on as %s, already used by %s (%s): disconnecting %s", self.id,
-                        self.remote, self.name, previous.id, previous.remote, previous.id)
+            log.warning("%s (%s) logged on as %s, already used by %s (%s): disconnecting %s%s", self.id,
+                        self.remote, self.name, previous.id, previous.remote, previous.id,
+                        f" (user {user!r} took the name over from user {holder!r}: <AllowClientNameTakeover> "
+                        "is true)" if holder is not None else "")
             if previous.close(f"client name {self.name!r} logged on again by {self.id} ({self.remote})"):
                 self.broker.counters.duplicate_name_disconnects += 1
-        last = self.broker.last_persisted(self.name)
+        last = self.broker.last_persisted(self.publisher_key, self.name_hash)
         self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
@@ -878,6 +922,8 @@ _READS = frozenset({"subscribe", "delta_subscribe", "sow", "sow_and_subscribe", 
 _BOOKMARK_NOW = "0|1|"
 #: The failure reason of a refused logon (``AMPS.Reason``'s; the client raises AuthenticationException).
 AUTHENTICATION_FAILURE = "authentication failure"
+#: The failure reason of a logon under a client name another user holds (the client raises NameInUseException).
+NAME_IN_USE = "name in use"
 #: Refused logons after which a connection is closed.
 MAX_LOGON_ATTEMPTS = 3
 #: Seconds a refused logon's failure ack may take to be written before the connection is closed anyway.

@@ -40,6 +40,7 @@ class RecordingClient:
 
     def __init__(self, message_type: Any, name: str = "recording-client") -> None:
         self.name = name
+        self.publisher_key = name  # its de-duplication key (no identity: the name alone)
         self.name_hash = client_name_hash(name)
         self.message_type = message_type
         #: Every frame sent, in order (what :meth:`record` keeps).

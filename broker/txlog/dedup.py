@@ -12,6 +12,13 @@ client name):
 The table is rebuilt at start-up from a snapshot file (``<instance>.clients.ack`` in the JournalDirectory,
 written when a journal file fills and at close) plus the records logged after the snapshot.
 
+Publishers are keyed by identity and client name (:func:`publisher_key`): on a broker that authenticates
+logons, the key of ``alice`` publishing as ``feed-1`` is not that of ``bob`` using the same name, so one
+identity's sequence numbers never make another's publishes look like re-sends. An open (allow-all) transport
+proves no identity: its publishers are keyed by client name alone, as journals written before identities
+were part of the key are (:meth:`PublisherDedup.adopt` carries such an entry over to the first identity that
+publishes under its name).
+
 The table is bounded in time: with ``<TransactionLog><InactiveClientAckExpiration>`` set, the entries of a
 publisher that persisted nothing for longer than that interval are dropped (AMPS's behaviour: a publisher
 that comes back after that long starts afresh, and a re-sent publish older than that may be applied again).
@@ -40,6 +47,20 @@ def _hash(client_name: str) -> int:
     return client_name_hash(client_name)
 
 
+def publisher_key(client_name: str, user: str | None) -> str:
+    """The de-duplication key of a publisher: its client name, and the authenticated user when there is one.
+
+    Args:
+        client_name: The logon's client name.
+        user: The identity the logon proved (``None`` on an open transport: nothing was proved).
+
+    Returns:
+        ``client_name`` alone without a user (the key journals have always used, so they stay readable),
+        else the name and the user joined by a NUL (a character neither may hold: the logon refuses it).
+    """
+    return client_name if user is None else f"{client_name}\x00{user}"
+
+
 class PublisherDedup:
     """Highest ``s`` per publisher; safe for one thread appending, one persisting, others reading.
 
@@ -65,6 +86,28 @@ class PublisherDedup:
     def is_known_hash(self, publisher_hash: int) -> bool:
         """Whether anything of this publisher is remembered (a new publisher has no entry)."""
         return publisher_hash in self._appended or publisher_hash in self._persisted
+
+    def adopt(self, legacy_hash: int, publisher_hash: int) -> bool:
+        """Give ``publisher_hash`` (an identity's key) the entries of ``legacy_hash`` (its client name alone,
+        from a journal written before identities were keyed, or by an open transport) when it has none yet,
+        so an authenticated publisher reconnecting after an upgrade keeps its sequence.
+
+        Returns:
+            Whether anything was carried over.
+        """
+        with self._lock:
+            if publisher_hash == legacy_hash or publisher_hash in self._appended or \
+                    publisher_hash in self._persisted:
+                return False
+            persisted = self._persisted.get(legacy_hash, 0)
+            appended = self._appended.get(legacy_hash, 0)
+            if persisted:
+                self._persisted[publisher_hash] = persisted
+            if appended:
+                self._appended[publisher_hash] = appended
+            if (persisted or appended) and self.inactive_expiration > 0:
+                self._active[publisher_hash] = self._active.get(legacy_hash, self._clock())
+            return bool(persisted or appended)
 
     def last_persisted(self, client_name: str) -> int:
         """The highest persisted ``s`` of this client name (0 when none), for the logon ack's ``bm``."""

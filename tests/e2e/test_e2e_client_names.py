@@ -2,7 +2,8 @@
 
 A second logon with a name already connected disconnects the first (AMPS's behaviour); a publish whose
 sequence jumps far ahead of its publisher's last one is refused, so the real publisher's later publishes are
-not acknowledged and dropped as duplicates.
+not acknowledged and dropped as duplicates; so is a first sequence far from zero on an open broker (issue 34;
+tests/faults/test_attacks_client_names.py has the authenticated side).
 """
 
 from __future__ import annotations
@@ -74,15 +75,29 @@ def test_an_impostor_cannot_make_the_real_publishers_publishes_look_like_duplica
     assert "broker_sequence_jumps_refused_total 1.0" in metrics
 
 
-def test_a_new_publisher_may_start_at_any_sequence(tmp_path, broker_factory, client_factory, make_collector) -> None:
+def test_a_new_publisher_starts_from_zero_or_at_a_publish_store_sequence(
+    tmp_path, broker_factory, client_factory, make_collector
+) -> None:
+    """On an open broker a publisher the broker has no record of starts from zero (its first s within the
+    jump limit) or where the official clients number a publish store (the clock in ms times a million)."""
     broker = broker_factory(transaction_log=_journal(tmp_path))
     received = make_collector()
     client_factory(broker.uri).subscribe(received, "orders")
+    far = Raw(broker.port, "restored-from-a-lost-journal")
+    refused = far.publish(5_000_000_000, '{"n":0}')
+    assert (refused["status"], refused["reason"]) == ("failure", "invalid sequence")
+    far.close()
+    store_like = int(time.time() * 1000) * 1_000_000 + 1
     fresh = Raw(broker.port, "restored-from-a-file-store")
-    assert fresh.publish(5_000_000_000, '{"n":1}')["status"] == "success"
-    assert fresh.publish(5_000_000_001, '{"n":2}')["status"] == "success"
+    assert fresh.publish(store_like, '{"n":1}')["status"] == "success"
+    assert fresh.publish(store_like + 1, '{"n":2}')["status"] == "success"
     fresh.close()
-    assert len(received.wait_for(2)) == 2
+    counted = Raw(broker.port, "numbers-from-one")
+    assert counted.publish(1, '{"n":3}')["status"] == "success"
+    counted.close()
+    assert [json.loads(m["data"])["n"] for m in received.wait_for(3)] == [1, 2, 3]
+    assert "is the first of client name 'restored-from-a-lost-journal' and more than 1000000 above zero" \
+        in broker.log()
 
 
 def test_publish_store_client_is_unaffected_by_the_jump_limit(

@@ -63,6 +63,7 @@ class _Publisher:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.publisher_key = name  # de-duplication key: the name alone (no identity)
         self.message_type = get_message_type("json")
 
 
