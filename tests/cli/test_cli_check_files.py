@@ -121,7 +121,7 @@ def test_check_passes_once_the_files_exist(tmp_path: Path) -> None:
     made = subprocess.run([sys.executable, "-m", "broker", "passwd", "security/users.passwd", "alice"],
                           input="alice-secret\n", capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert made.returncode == 0, made.stderr
-    (tmp_path / "security" / "entitlements.toml").write_text('[user.alice]\nread = [".*"]\n')
+    (tmp_path / "security" / "entitlements.toml").write_text('[user.alice]\nread = [".*"]\nadmin = ["*"]\n')
     out = broker("check", "secure.xml", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip().endswith("0 warning(s)")
