@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -137,17 +137,8 @@ HISTORY_SAMPLES = 8  # seconds of publishing before the page is opened (Interval
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
+def browser(start_chromium: Callable[[int, int], Any]) -> Any:
+    return start_chromium(1280, 1000)
 
 
 def _state(port: int) -> dict[str, Any]:

@@ -9,12 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.admin import jsclient
 from broker.testing.process import BrokerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Where tests/node installs the npm ``amps`` client; shared with those tests (ignored by git).
-NPM_CACHE = ROOT / "tests" / "node" / ".npm-cache"
 #: The ports the docs and configs/ use; each snippet's copy of them is moved to free ports on 127.0.0.1.
 DOC_PORTS = (9007, 9008, 8085, 9443, 9100, 9101)
 
@@ -68,12 +65,3 @@ def quickstart_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quic
     yield QuickstartBroker(proc, ports)
     code = proc.stop()
     assert code == 0, f"the quickstart broker exited with {code} on SIGTERM:\n{proc.log()[-3000:]}"
-
-
-@pytest.fixture(scope="session")
-def amps_js() -> Path:
-    """The folder holding ``node_modules/amps`` (tests/node's copy, installed from npm on first use)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the JavaScript snippets (.ci/run installs them from Debian)")
-    jsclient.install(NPM_CACHE)
-    return NPM_CACHE

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,9 @@ from typing import Any
 
 import pytest
 
-from broker.admin import jsclient
 from broker.testing.process import BrokerProcess
 
 HERE = Path(__file__).parent
-CACHE = HERE / ".npm-cache"
 
 SOW = "".join(
     f"<Topic><Name>{name}</Name><MessageType>json</MessageType><Key>/id</Key><FileName>./sow/%n.sow</FileName></Topic>"
@@ -28,15 +25,6 @@ SOW = "".join(
 )
 TXLOG = """<JournalDirectory>./journal</JournalDirectory>
   <Topic><Name>events</Name><MessageType>json</MessageType></Topic>"""
-
-
-@pytest.fixture(scope="session")
-def amps_js() -> Path:
-    """The folder holding ``node_modules/amps`` (installed from the npm registry on first use)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed (.ci/run installs them from Debian)")
-    jsclient.install(CACHE)
-    return CACHE
 
 
 @pytest.fixture(scope="module")

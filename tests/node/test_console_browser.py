@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,16 +53,8 @@ def console_broker(tmp_path: Path, amps_js: Path) -> Iterator[BrokerProcess]:
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1400,1100"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
+def browser(start_chromium: Callable[[int, int], webdriver.Chrome]) -> webdriver.Chrome:
+    return start_chromium(1400, 1100)
 
 
 class Publisher(threading.Thread):
