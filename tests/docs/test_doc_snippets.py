@@ -289,8 +289,12 @@ def test_every_block_is_run_or_marked(doc: str) -> None:
 
 
 def _marks(block: Block) -> tuple[pytest.MarkDecorator, ...]:
-    """A block that starts Spark joins the Spark lane (``-m 'not spark'`` leaves it out)."""
-    return (pytest.mark.spark,) if re.search(r"\bpyspark\b|\bbroker\.spark\b", block.code) else ()
+    """A block that starts Spark joins the Spark lane (``-m 'not spark'`` leaves it out); a block with its own
+    ``timeout`` gets pytest-timeout's limit raised to match (the suite's 120 s would cut it short)."""
+    marks = [pytest.mark.spark] if re.search(r"\bpyspark\b|\bbroker\.spark\b", block.code) else []
+    if "timeout" in block.items:
+        marks.append(pytest.mark.timeout(float(block.items["timeout"]) + 60))
+    return tuple(marks)
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.where, marks=_marks(b)) for b in checked_blocks()])
