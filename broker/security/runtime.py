@@ -202,8 +202,10 @@ class VerificationPool:
     """A few dedicated threads, at a lower priority than the event loop, that verify passwords.
 
     At most ``threads`` verifications run; more wait in FIFO order on a trio limiter (no thread, no queue in the
-    executor, cancellable). The threads are the pool's own (not trio's shared cache), so lowering their priority
-    touches nothing else.
+    executor, cancellable). With a ``key`` (the client's address), one key holds at most ``threads`` places in
+    that queue, so a flood from one address leaves others waiting behind a few of its verifications, not all of
+    them. The threads are the pool's own (not trio's shared cache), so lowering their priority touches nothing
+    else.
 
     Args:
         name: Thread name prefix.
@@ -215,6 +217,8 @@ class VerificationPool:
         self.threads = threads
         self._limiter: trio.CapacityLimiter | None = None
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_lower_priority)
+        #: Key -> (its bound on places in the queue, tasks holding or waiting for one); gone when none do.
+        self._keys: dict[str, tuple[trio.Semaphore, list[int]]] = {}
 
     @property
     def limiter(self) -> trio.CapacityLimiter:
@@ -228,12 +232,27 @@ class VerificationPool:
         """Verifications running now."""
         return 0 if self._limiter is None else int(self._limiter.borrowed_tokens)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, key: str | None = None) -> T:
         """Run ``fn(*args)`` in one of the pool's threads and return its result (or raise its exception).
 
         A cancelled caller stops waiting; a verification already running finishes in its thread (a slot is not
-        given back before it does, so the bound holds).
+        given back before it does, so the bound holds). ``key``: see the class.
         """
+        if key is None:
+            return await self._run(fn, *args)
+        entry = self._keys.get(key)
+        if entry is None:
+            entry = self._keys[key] = (trio.Semaphore(self.threads), [0])
+        entry[1][0] += 1
+        try:
+            async with entry[0]:
+                return await self._run(fn, *args)
+        finally:
+            entry[1][0] -= 1
+            if not entry[1][0]:
+                del self._keys[key]
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         async with self.limiter:
             token = trio.lowlevel.current_trio_token()
             done = trio.Event()
@@ -333,7 +352,8 @@ class SecurityRuntime:
         if not authenticator.checks_credentials:
             return authenticator.authenticate(request)  # allow-all: no thread
         try:
-            return await (self.admin_pool if admin else self.pool).run(authenticator.authenticate, request)
+            return await (self.admin_pool if admin else self.pool).run(
+                authenticator.authenticate, request, key=(request.remote or "").rpartition(":")[0])
         except AuthenticationRefused:
             raise
         except Exception as exc:

@@ -126,7 +126,7 @@ async def handshake(stream: trio.SSLStream[Any], remote: str, transport: str, ti
     """
     with trio.move_on_after(timeout if timeout > 0 else float("inf")) as scope:
         try:
-            await _handshake_off_loop(stream)
+            await _handshake_off_loop(stream, remote.rpartition(":")[0])
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             if is_plain_http(exc):
@@ -151,13 +151,14 @@ def _step(ssl_object: ssl.SSLObject) -> bool:
     return True
 
 
-async def _handshake_off_loop(stream: trio.SSLStream[Any]) -> None:
+async def _handshake_off_loop(stream: trio.SSLStream[Any], host: str) -> None:
     """Complete ``stream``'s server handshake with the CPU work in :data:`_POOL`'s threads.
 
     trio's SSLStream would run ``do_handshake`` (certificate signing, key exchange, client certificate checks)
     on the event loop. Here the loop only moves bytes between the socket and the stream's memory BIOs; the
-    steps run in a thread, one at a time per connection. Then the stream is marked as handshaken and used as
-    usual. Should trio's internals differ from what this expects, the handshake runs on the loop as before.
+    steps run in a thread, one at a time per connection, a few per source address ``host`` in the queue at a
+    time. Then the stream is marked as handshaken and used as usual. Should trio's internals differ from what
+    this expects, the handshake runs on the loop as before.
 
     Raises:
         trio.BrokenResourceError: the handshake failed (the ``ssl.SSLError`` as its cause) or the peer left.
@@ -176,7 +177,7 @@ async def _handshake_off_loop(stream: trio.SSLStream[Any]) -> None:
     try:
         while True:
             try:
-                complete = await pool.run(_step, ssl_object)
+                complete = await pool.run(_step, ssl_object, key=host)
             except ssl.SSLError as exc:
                 alert = outgoing.read()
                 if exc.reason != "HTTP_REQUEST":  # a plain HTTP client is answered in HTTP instead

@@ -186,7 +186,7 @@ def test_a_deleted_user_is_refused_at_once_after_the_reset(tmp_path: Path, reset
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("tls-storm")
-    ca = make_ca(directory)
+    ca = make_ca(directory, "attacks-storm-ca")  # a name of its own: AMPS.ssl_init keeps one context per process
     certificate, key = ca.issue("server", server=True)
     tls_port = free_port()
     extra = f"""<Transports><Transport><Name>secure</Name><Type>tcps</Type>
