@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
-from typing import Final
+from typing import Final, NoReturn
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
@@ -151,7 +151,10 @@ class WebSocketAmps:
         if self._ws.state in (ConnectionState.CLOSED, ConnectionState.REJECTING):
             self.more = False
             return False
-        self._ws.receive_data(data or None)
+        try:
+            self._ws.receive_data(data or None)
+        except WsRemoteProtocolError as exc:
+            self._broken(exc)
         return self.process(max_events)
 
     def process(self, max_events: int | None = None) -> bool:
@@ -169,13 +172,16 @@ class WebSocketAmps:
                     break
             return self.more
         except WsRemoteProtocolError as exc:
-            hint = exc.event_hint
-            if hint is not None and self._ws.state is not ConnectionState.CLOSED:
-                self._send(hint)
-            if not self.open:
-                raise RemoteProtocolError(f"not a WebSocket handshake ({exc}): this port speaks AMPS over "
-                                          "WebSocket (ws://host:port/amps/json)") from None
-            raise RemoteProtocolError(f"websocket: {exc}") from None
+            self._broken(exc)
+
+    def _broken(self, exc: WsRemoteProtocolError) -> NoReturn:
+        hint = exc.event_hint
+        if hint is not None and self._ws.state is not ConnectionState.CLOSED:
+            self._send(hint)
+        if not self.open:
+            raise RemoteProtocolError(f"not a WebSocket handshake ({exc}): this port speaks AMPS over "
+                                      "WebSocket (ws://host:port/amps/json)") from None
+        raise RemoteProtocolError(f"websocket: {exc}") from None
 
     def _event(self, event: object) -> None:
         if isinstance(event, Request):

@@ -1,0 +1,26 @@
+"""bench.attacks --quick: every row runs against a real broker and gives both distributions and their ratio."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("AMPS")
+
+from bench.attacks import main, run  # noqa: E402 - after the skip: the harness imports AMPS when run
+
+
+def test_quick_attack_rows_measure_a_bystander_quiet_and_attacked() -> None:
+    rows = run(0.3, quick=True)
+    assert [row.name for row in rows] == ["publish-50mb", "logon-60mb", "ws-fragments"]
+    for row in rows:
+        assert row.quiet and row.attacked and row.attacks >= 1, row.line()
+        assert math.isfinite(row.ratio) and row.ratio > 0, row.line()
+        assert "ratio" in row.line()
+
+
+def test_the_command_line_runs_one_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--seconds", "0.2", "--row", "logon-60mb"]) == 0
+    out = capsys.readouterr().out
+    assert "logon-60mb" in out and "publish-50mb" not in out
