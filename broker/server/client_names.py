@@ -10,14 +10,27 @@ the newest logon wins, which an ``HAClient`` reconnecting after a broken connect
 
 Sessions of an open (allow-all) transport prove no identity: they hold a name only while connected, and any
 later logon under it takes it over, as in AMPS.
+
+With a transaction log the holders are saved at a clean stop (``<instance>.client-names`` in the
+JournalDirectory) and read at start-up, so a restart does not hand a name to the first user who logs on under
+it; after a crash the file of the last clean stop is read.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from broker.txlog.files import write_file_durably
+
+log = logging.getLogger("broker.security")
+
+_FILE_VERSION = 1
 
 #: Names remembered after their session ended, at most (the oldest released ones are forgotten first).
 MAX_RELEASED_NAMES = 100_000
@@ -91,3 +104,37 @@ class ClientNames:
 
     def __len__(self) -> int:
         return len(self._holders)
+
+    def save(self, path: Path, wall: float | None = None) -> None:
+        """Write the authenticated holders (user and the wall-clock time each was last used; now for those
+        still connected) atomically to ``path``."""
+        now_wall = time.time() if wall is None else wall
+        now = self._clock()
+        names = {name: [h.user, now_wall if h.session is not None else now_wall - (now - h.released_at)]
+                 for name, h in self._holders.items() if h.user is not None}
+        write_file_durably(path, json.dumps({"version": _FILE_VERSION, "names": names}).encode())
+
+    def load(self, path: Path, wall: float | None = None) -> int:
+        """Read holders written by :meth:`save` (those past the window are left out); returns how many. A
+        missing file is no holder; an unreadable one is logged and ignored."""
+        try:
+            doc = json.loads(path.read_bytes())
+            if doc.get("version") != _FILE_VERSION:
+                raise ValueError(f"version {doc.get('version')!r}")
+            entries = [(str(name), str(user), float(at)) for name, (user, at) in doc["names"].items()]
+        except FileNotFoundError:
+            return 0
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("ignoring unreadable client-name holders %s (%s): names are free until used", path, exc)
+            return 0
+        now_wall = time.time() if wall is None else wall
+        now = self._clock()
+        loaded = 0
+        for name, user, at in entries:
+            age = max(0.0, now_wall - at)
+            if self.window > 0 and age > self.window or name in self._holders:
+                continue
+            self._holders[name] = Holder(user, None, now - age)
+            self._released += 1
+            loaded += 1
+        return loaded

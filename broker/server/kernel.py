@@ -315,6 +315,18 @@ class Broker:
         self.journal = JournalWriter(txlog, self.config.name)
         self.journal.dedup.inactive_expiration = txlog.inactive_client_ack_expiration
         self.journal.open()
+        self.client_names.load(self._client_names_path(self.journal))
+
+    def _client_names_path(self, journal: JournalWriter) -> Path:
+        """Where the client-name holders are kept between runs (next to the journal)."""
+        return Path(journal.journal_directory) / f"{journal.instance}.client-names"
+
+    def _save_client_names(self, journal: JournalWriter) -> None:
+        try:
+            self.client_names.save(self._client_names_path(journal))
+        except OSError as exc:
+            log.warning("cannot save the client-name holders (%s): after this restart a name is free until "
+                        "a user logs on under it", exc)
 
     def is_logged(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
@@ -647,6 +659,7 @@ class Broker:
             try:
                 await trio.to_thread.run_sync(self.journal.sync)
                 clean_state = (state_path(self.journal), self.journal.last_sequence)
+                self._save_client_names(self.journal)
                 self.journal.close()
             except BrokerError as exc:
                 log.error("journal close failed: %s", exc)

@@ -209,6 +209,28 @@ def test_the_same_user_reconnecting_keeps_its_sequence(make_broker) -> None:
     assert sorted(m["n"] for m in _replayed(broker, 10)) == list(range(10))
 
 
+def test_a_name_stays_its_users_across_a_restart(make_broker) -> None:
+    """The holders are saved at a clean stop next to the journal: after the restart pub is still refused, and
+    alice's logon reports her own last sequence."""
+    broker = make_broker(secure=True)
+    alice = RawUser(broker.port, NAME, "alice", USERS["alice"])
+    for s in range(1, 6):
+        assert alice.publish(s, json.dumps({"n": s, "by": "alice"}))["status"] == "success"
+    alice.close()
+    broker.stop()
+    broker.start()
+
+    pub = RawUser(broker.port, NAME, "pub", USERS["pub"])
+    assert (pub.logon["status"], pub.logon.get("reason")) == ("failure", "name in use")
+    pub.close()
+    alice = RawUser(broker.port, NAME, "alice", USERS["alice"])
+    assert alice.logon["status"] == "success" and alice.last_persisted() == 5
+    for s in range(6, 11):
+        assert alice.publish(s, json.dumps({"n": s, "by": "alice"}))["status"] == "success"
+    alice.close()
+    assert [m["n"] for m in _replayed(broker, 10)] == list(range(1, 11))
+
+
 def test_an_open_broker_holds_a_new_publishers_first_sequence_to_the_jump_limit(make_broker) -> None:
     broker = make_broker(secure=False)
     squatter = Raw(broker.port, NAME)

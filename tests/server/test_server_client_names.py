@@ -6,6 +6,8 @@ tests/faults/test_attacks_client_names.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from broker.engine.engine import Engine
 from broker.expr import compile_filter, compile_order_by
 from broker.messagetypes import get_message_type
@@ -88,3 +90,23 @@ def test_publish_store_sequences_are_recognised_by_their_clock() -> None:
     assert not is_store_clock_sequence(10**15, now)  # 1970: the measured attack
     assert not is_store_clock_sequence(5_000_000_000, now)
     assert not is_store_clock_sequence(1_796_262_343_475_000_001 + 10**6 * 1000, now)  # a day and more ahead
+
+
+def test_holders_survive_a_restart_through_their_file_and_expire_by_wall_clock(tmp_path: Path) -> None:
+    now = [500.0]
+    names = ClientNames(window=60.0, clock=lambda: now[0])
+    names.claim("feed-1", "alice", object())  # connected at the stop
+    gone = object()
+    names.claim("feed-2", "bob", gone)
+    names.release("feed-2", gone)
+    now[0] += 50  # bob's name was released 50 s before the stop
+    names.claim("open-1", None, object())  # an open transport's session: not saved
+    names.save(tmp_path / "names", wall=10_000.0)
+
+    later = ClientNames(window=60.0, clock=lambda: 7.0)
+    assert later.load(tmp_path / "names", wall=10_020.0) == 1  # bob's window ran out during the downtime
+    assert later.owner("feed-1", "pub") == "alice" and later.owner("feed-2", "pub") is None
+    assert later.owner("open-1", "pub") is None
+    (tmp_path / "names").write_text("{not json")
+    assert ClientNames().load(tmp_path / "names") == 0
+    assert ClientNames().load(tmp_path / "missing") == 0
