@@ -32,14 +32,17 @@ in a :class:`RecoveryProgress` that the Admin server shows (``broker_recovery_in
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.errors import StorageError
 from broker.faults import hold_point
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
@@ -52,6 +55,8 @@ log = logging.getLogger("broker.recovery")
 STATE_SUFFIX = ".sow-state"
 #: Writes per storage batch while rebuilding or repairing a SOW.
 BATCH = 10_000
+#: Seconds start-up recovery waits for room to write its state file (see :func:`_write_start_state`).
+FULL_DISK_WAIT = 2.0
 #: Seconds between progress lines of a long replay.
 PROGRESS_EVERY = 5.0
 
@@ -307,7 +312,7 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
             checks.clear()
     report.sequence_floor = max(floor, durable)
     # Durable before anything is rolled back: a second crash must not forget the bookmarks handed out.
-    write_state(path, RecoveryState(clean=False, last_sequence=0, sequence_floor=floor))
+    _write_start_state(path, RecoveryState(clean=False, last_sequence=0, sequence_floor=floor), logged)
     if floor > journal.last_sequence:
         log.warning("SOW recovery: SOW records carry sequences up to %d, above the journal's last durable "
                     "record %d; new records continue above %d", floor, durable, floor)
@@ -320,9 +325,13 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
         log.info("SOW recovery: %s; checking %d logged SOW topics against the journal (durable up to sequence %d)",
                  "the last stop was not clean" if state is not None else f"no {path.name} (a first start)",
                  len(checks) + len(rebuild), durable)
-    _replay(journal, durable, {n: logged[n] for n in rebuild}, checks, report, progress)
-    for name, check in checks.items():
-        rolled, caught = check.repair(journal)
+    try:
+        _replay(journal, durable, {n: logged[n] for n in rebuild}, checks, report, progress)
+        repaired = {name: check.repair(journal) for name, check in checks.items()}
+    except StorageError as exc:
+        _refuse_on_a_full_disk(logged, exc)
+        raise
+    for name, (rolled, caught) in repaired.items():
         report.rolled_back[name] = rolled
         report.caught_up[name] = caught
         if rolled or caught:
@@ -334,6 +343,61 @@ def recover(journal: Any, topics: Mapping[str, SowTopic], is_logged: Callable[[s
     report.seconds = time.monotonic() - began
     log.info("SOW recovery: done in %.2fs (%d journal records read)", report.seconds, report.records_replayed)
     return report
+
+
+def _write_start_state(path: Path, state: RecoveryState, topics: Mapping[str, SowTopic]) -> None:
+    """:func:`write_state` of the start's ``clean: false``, waiting up to :data:`FULL_DISK_WAIT` seconds on a full
+    disk: a compaction LevelDB starts at the open may take the free space for a moment (its output is deleted
+    when it fails). Then the start is refused with the free space and what to do.
+
+    Raises:
+        StorageError: The disk stayed full.
+    """
+    deadline = time.monotonic() + FULL_DISK_WAIT
+    while True:
+        try:
+            write_state(path, state)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            try:
+                st = os.statvfs(path.parent)
+                free = f"{st.f_bavail * st.f_frsize / 1e6:.1f} MB are free on {_mount_of(path.parent)}"
+            except OSError:
+                free = "no room is left"
+            advice = [a(disk_full=True) for t in topics.values()
+                      if callable(a := getattr(t.storage, "full_disk_advice", None))]
+            more = "".join(f"; {text}" for text in advice if text)
+            raise StorageError(
+                f"start-up recovery cannot write its state file {path} (it needs a few KB free): {free}, the "
+                f"JournalDirectory's disk{more}. Free space there and start again; nothing acknowledged is lost."
+            ) from exc
+
+
+def _mount_of(path: Path) -> Path:
+    """The mount point holding ``path`` (for messages)."""
+    p = path.resolve()
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _refuse_on_a_full_disk(topics: Mapping[str, SowTopic], exc: StorageError) -> None:
+    """A SOW store that recovery must write could not be written for want of room: refuse the start with how
+    much room its engine needs (``full_disk_advice``, e.g. LevelDB's), instead of the bare I/O error."""
+    for name, topic in topics.items():
+        advice = getattr(topic.storage, "full_disk_advice", None)
+        text = advice() if callable(advice) else None
+        if text:
+            raise StorageError(
+                f"start-up recovery must write to the SOW of topic {name} (to make it equal the transaction log "
+                f"after the last stop) and the disk is full: {text}. Nothing acknowledged is lost: the journal "
+                "and the SOW store are kept as they are until then."
+            ) from exc
 
 
 def _replay(journal: Any, durable: int, rebuild: Mapping[str, SowTopic], checks: Mapping[str, _Check],

@@ -110,7 +110,7 @@ RESERVE_BYTES = 1024 * 1024
 #: The reserve is kept at LevelDB's log size plus :data:`REOPEN_MARGIN` plus this (at least :data:`RESERVE_BYTES`);
 #: it is given back down to that once it is more than :data:`RESERVE_SHRINK` above.
 RESERVE_SLACK = 512 * 1024
-RESERVE_SHRINK = 4 * 1024 * 1024
+RESERVE_SHRINK = 256 * 1024
 #: While the free space is below LevelDB's log size plus this, the memtable is flushed into a table (the log
 #: emptied) once the log holds :data:`FLUSH_MIN` bytes: the log stays small while the disk fills.
 LOW_SPACE = 8 * 1024 * 1024
@@ -407,6 +407,30 @@ class LevelDBStorage(Storage):
             f"{_mount_of(self.path)}: free space there, or move the topic's FileName ({self.path}) to a disk with "
             "room. Nothing was lost: the log is kept until it has been replayed."
         )
+
+    def full_disk_advice(self, disk_full: bool = False) -> str | None:
+        """When writes stopped on a full disk (ENOSPC, EDQUOT), or ``disk_full`` (the caller met it on the same
+        disk): how much room LevelDB needs, how much is free on which mount, and what to do (start-up
+        recovery's refusal names it); ``None`` otherwise.
+
+        A write after the open can fail for want of room even when the open had room for the log: the open
+        may start a compaction, which writes its output before it deletes its inputs, up to the size of all
+        the tables; and LevelDB keeps a failed compaction's partial output until it is opened again."""
+        failure = self._failure or ""
+        if not disk_full and "No space left" not in failure and "Disk quota" not in failure:
+            return None
+        try:
+            tables = sum(e.stat().st_size for e in os.scandir(self.path)
+                         if e.name.endswith((".ldb", ".sst")) and e.is_file())
+            logs = _log_bytes(self.path)
+            free = _free_bytes(self.path)
+        except OSError:
+            return None
+        need = tables + logs + REOPEN_MARGIN
+        return (f"the SOW store of topic {self.spec.topic} needs about {_mb(need)} MB free to write (LevelDB "
+                f"compacts its {_mb(tables)} MB of tables at the open, writing the new ones before it deletes the "
+                f"old, and its log holds {_mb(logs)} MB); {_mb(free)} MB are free on {_mount_of(self.path)}: free "
+                f"space there, or move the topic's FileName ({self.path}) to a disk with room")
 
     def _check_room(self) -> None:
         """The room check while writing (module docstring, "Room to open"): flush the memtable when the disk is
