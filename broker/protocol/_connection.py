@@ -19,12 +19,37 @@ from broker.protocol._frames import Frame
 from broker.protocol._header import Buffer, Header, decode_header
 from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 
-__all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "Connection", "ConnectionStatistics", "Sentinel"]
+__all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "LARGE_FRAME", "NEED_DATA", "Connection", "ConnectionStatistics",
+           "LargeFrame", "Sentinel"]
 
 #: The default largest payload accepted, matching the config default of ``<MaxMessageSize>``.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 
 _LEN_UNPACK = struct.Struct(">I").unpack_from
+
+#: A frame at least this large (payload bytes) is gathered read by read, without a growing buffer, by a connection
+#: made with ``large_frames=True``, and handed out as a :class:`LargeFrame` whose body the caller joins off the
+#: event loop (``bytes.join`` of a large result releases the GIL): a 50 MB publish copied on the loop held every
+#: other client for tens of milliseconds per copy (issue 34).
+LARGE_FRAME: Final = 1 << 20
+
+
+class LargeFrame:
+    """A complete frame of :data:`LARGE_FRAME` bytes or more: its decoded header and its body in parts, as read.
+
+    :meth:`join` makes the :class:`Frame` (one copy of the body; run it in a worker thread:
+    ``await trio.to_thread.run_sync(large.join)``).
+    """
+
+    __slots__ = ("header", "parts")
+
+    def __init__(self, header: Header, parts: list[bytes]) -> None:
+        self.header = header
+        self.parts = parts
+
+    def join(self) -> Frame:
+        """The frame, its body in one piece."""
+        return Frame(self.header, b"".join(self.parts))
 
 #: How an HTTP request starts (a browser or the JavaScript client pointed at an AMPS TCP port). As a frame
 #: length each is over 1 GB, so no AMPS client's first frame starts so.
@@ -160,15 +185,21 @@ class Connection:
         ValueError: ``max_frame_size`` is not positive.
     """
 
-    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_headers", "_max", "_max_name",
-                 "_pos")
+    __slots__ = ("_buf", "_bytes_received", "_eof", "_error", "_frames_received", "_headers", "_large",
+                 "_large_need", "_large_parts", "_large_size", "_max", "_max_name", "_pos")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 max_name: str = "the Transport's <MaxMessageSize>") -> None:
+                 max_name: str = "the Transport's <MaxMessageSize>", *, large_frames: bool = False) -> None:
         if max_frame_size <= 0:
             raise ValueError(f"max_frame_size must be positive, got {max_frame_size}")
         self._max = max_frame_size
         self._max_name = max_name
+        #: Hand frames of LARGE_FRAME bytes or more out as LargeFrame (see there).
+        self._large = large_frames
+        #: A large frame being gathered: its payload's parts so far, the bytes still missing, its payload size.
+        self._large_parts: list[bytes] | None = None
+        self._large_need = 0
+        self._large_size = 0
         # bytes while the buffer is one unmodified chunk (slicing it copies once), bytearray when a
         # frame straddles reads and chunks must be joined.
         self._buf: bytes | bytearray = b""
@@ -217,6 +248,16 @@ class Connection:
         if self._eof:
             raise LocalProtocolError("receive_data() called with data after the end of stream (b'')")
         self._bytes_received += len(data)
+        if self._large_need:
+            need = self._large_need
+            assert self._large_parts is not None
+            if len(data) <= need:
+                self._large_parts.append(data if type(data) is bytes else bytes(data))
+                self._large_need = need - len(data)
+                return
+            self._large_parts.append(bytes(data[:need]))
+            self._large_need = 0
+            data = data[need:]  # the next frames: buffered as usual (the buffer is empty while a large frame comes)
         buf = self._buf
         pos = self._pos
         pending = len(buf) - pos
@@ -254,6 +295,8 @@ class Connection:
         """
         if self._error is not None:
             raise RemoteProtocolError(f"connection is dead after an earlier protocol error: {self._error}")
+        if self._large_parts is not None:
+            return self._next_large()
         buf = self._buf
         pos = self._pos
         if _remembered_frame is not None and self._frames_received:
@@ -292,6 +335,12 @@ class Connection:
         if end > len(buf):
             if self._eof:
                 self._fail(f"peer closed the connection inside a frame ({avail - 4} of {size} payload bytes)")
+            if self._large and size >= LARGE_FRAME:  # gather it read by read: no buffer growing to its size
+                self._large_parts = [bytes(memoryview(buf)[pos + 4:])]
+                self._large_need = end - len(buf)
+                self._large_size = size
+                self._buf = b""
+                self._pos = 0
             return NEED_DATA
         start = pos + 4
         cached = _cached_header(buf, start, end, self._headers)
@@ -318,6 +367,35 @@ class Connection:
         self._frames_received += 1
         return Frame(header, body)
 
+    def _next_large(self) -> LargeFrame | Sentinel:
+        """The large frame being gathered, once complete: its header decoded from the first part (the whole
+        payload joined here only when the header does not end in it, a header of a megabyte or more)."""
+        parts = self._large_parts
+        assert parts is not None
+        if self._large_need:
+            if self._eof:
+                self._fail(f"peer closed the connection inside a frame ({self._large_size - self._large_need} of "
+                           f"{self._large_size} payload bytes)")
+            return NEED_DATA
+        self._large_parts = None
+        first = parts[0]
+        close = first.find(b"}")
+        try:
+            if close < 0:
+                raise RemoteProtocolError("the header does not end in the first part")
+            header, body_start = decode_header(first, 0, len(first))
+        except RemoteProtocolError:
+            payload = b"".join(parts)
+            try:
+                header, body_start = decode_header(payload, 0, len(payload))
+            except RemoteProtocolError as exc:
+                self._error = exc
+                raise
+            parts = [payload]
+        parts[0] = parts[0][body_start:]
+        self._frames_received += 1
+        return LargeFrame(header, parts)
+
     def next_publishes(self, batch: list[Frame], plain: Header | None, commands: frozenset[str],
                        acks: frozenset[str]) -> Header | None:
         """Append to ``batch`` the complete frames from here on whose headers are remembered and take a publish
@@ -331,7 +409,7 @@ class Connection:
         Returns:
             The header of the last frame taken, or ``plain`` when none was.
         """
-        if self._error is not None or not self._frames_received:
+        if self._error is not None or not self._frames_received or self._large_parts is not None:
             return plain
         self._pos, taken, plain = _publish_run(self._buf, self._pos, self._max, self._headers, batch, plain,
                                                commands, acks)
@@ -358,6 +436,8 @@ class Connection:
         After :meth:`next_event` returned :data:`NEED_DATA`, this is what the connection will hold before
         the next frame can be returned: a transport checks it against a memory budget before reading on.
         """
+        if self._large_parts is not None:
+            return 4 + self._large_size
         avail = len(self._buf) - self._pos
         if avail < 4:
             return avail

@@ -30,6 +30,7 @@ from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
 from broker.memo import Memo
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_sow_records
+from broker.protocol._connection import LargeFrame
 from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, Outbound, SlowClient
@@ -107,7 +108,7 @@ class Session(PublishBatch):
                                 transport.max_message_size)
         self.conn = Connection(max_frame_size=self._logon_bound, max_name="the Transport's <MaxLogonSize> (the "
                                "largest frame accepted before a logon)" if self._logon_bound < transport.max_message_size
-                               else "the Transport's <MaxMessageSize>")
+                               else "the Transport's <MaxMessageSize>", large_frames=True)
         #: This connection's work per loop turn (a websocket stream's own, shared: it parses the WebSocket frames).
         self.turn: TurnBudget = getattr(stream, "turn", None) or TurnBudget()
         self.outbound = Outbound(transport.client_buffer, broker.memory)
@@ -371,6 +372,8 @@ class Session(PublishBatch):
                         break
                     if frame is CLOSED:
                         return
+                    if type(frame) is LargeFrame:  # its body joined in a worker thread (bytes.join releases the GIL)
+                        frame = await trio.to_thread.run_sync(frame.join)
                     header = frame.header
                     if header is plain or (header.command in PLAIN_PUBLISH and self.logged_on and (
                             header.ack_type or "") in BATCH_ACKS and header.options is None

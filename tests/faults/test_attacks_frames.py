@@ -261,3 +261,27 @@ def test_a_websocket_message_in_a_few_fragments_is_still_accepted(broker: Broker
         assert seen[-1].get("status") == "success", seen
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("chunk", [1000, 65536, 3_000_000])
+def test_a_large_frame_is_gathered_read_by_read_and_joined_by_the_caller(chunk: int) -> None:
+    # Sans-IO: a connection made with large_frames hands a frame of LARGE_FRAME bytes or more out as a LargeFrame
+    # (header decoded, body in the parts as read; the session joins them in a worker thread), and the frame after it
+    # as usual, whatever the read sizes.
+    from broker.protocol._connection import LARGE_FRAME, LargeFrame
+
+    body = b'{"a":"' + b"a" * (3 * LARGE_FRAME) + b'"}'
+    wire = encode_frame({"c": "logon"}) + encode_frame({"c": "p", "t": "big"}, body) + encode_frame(
+        {"c": "p", "t": "small"}, b"{}")
+    conn = Connection(large_frames=True)
+    out: list = []
+    for i in range(0, len(wire), chunk):
+        conn.receive_data(wire[i:i + chunk])
+        while (event := conn.next_event()) is not NEED_DATA:
+            out.append(event)
+            if type(event) is LargeFrame:
+                assert conn.pending_frame_size() < LARGE_FRAME
+    assert [type(e).__name__ for e in out] == ["Frame", "LargeFrame", "Frame"]
+    big = out[1].join()
+    assert big.header.topic == "big" and big.body == body and len(out[1].parts) > 1 or chunk > len(body)
+    assert out[2].header.topic == "small" and out[2].body == b"{}"
