@@ -104,6 +104,7 @@ class WebSocketAmps:
     def __init__(self, max_message_size: int) -> None:
         self._ws = WSConnection(ConnectionType.SERVER)
         self._max = max_message_size
+        self._max_name = "the Transport's <MaxMessageSize>"
         #: The request's path and the message type it names, once the handshake arrived.
         self.target: str | None = None
         self.message_type: str | None = None
@@ -130,6 +131,12 @@ class WebSocketAmps:
         self._pending = b""  # an outgoing AMPS frame not complete yet (encode() got part of it)
 
     # -- receiving -----------------------------------------------------------------------------------------
+    def limit(self, max_message_size: int, max_name: str) -> None:
+        """Change the largest message and command accepted (a connection's logon bound, then MaxMessageSize once
+        it logged on); ``max_name`` names the setting in the close reason and the error."""
+        self._max = max_message_size
+        self._max_name = max_name
+
     @property
     def buffered(self) -> int:
         """Bytes of a message or command being received (held until complete)."""
@@ -237,7 +244,7 @@ class WebSocketAmps:
             self._fail(1009, f"a message in more than {MAX_FRAGMENTS} frames (send each message as one frame, "
                              "or in fewer, larger fragments)")
         if self._message_size + self._parts_size > self._max:
-            self._fail(1009, f"a message or command of more than {self._max} bytes (the Transport's <MaxMessageSize>; "
+            self._fail(1009, f"a message or command of more than {self._max} bytes ({self._max_name}; "
                              "raise it if such messages are expected)")
         self._message.append(data)
         if not event.message_finished:

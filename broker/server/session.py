@@ -392,6 +392,8 @@ class Session(PublishBatch):
                     if self._logon_bound and self.logged_on:
                         self._logon_bound = 0
                         conn.limit(self.transport.max_message_size, "the Transport's <MaxMessageSize>")
+                        if (lift := getattr(self.stream, "logged_on", None)) is not None:
+                            lift()  # a websocket stream's own bound on messages
                     if self.turn.spend():  # thousands of small commands in one read: let other clients run
                         await self.turn.pace()
             except NotAmpsError as exc:

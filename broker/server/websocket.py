@@ -38,11 +38,15 @@ class WebSocketStream(trio.abc.Stream):
         remote: The peer address, for logs.
     """
 
-    def __init__(self, stream: trio.abc.Stream, broker: Broker, max_message_size: int, remote: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, broker: Broker, max_message_size: int, remote: str,
+                 max_logon_size: int | None = None) -> None:
         self.stream = stream
         self.broker = broker
         self.remote = remote
         self.ws = WebSocketAmps(max_message_size)
+        self._max_message_size = max_message_size
+        if max_logon_size is not None and max_logon_size < max_message_size:  # lifted by logged_on()
+            self.ws.limit(max_logon_size, "the Transport's <MaxLogonSize>, the largest before a logon")
         self._fd = socket_fd(stream)
         self._send_lock = trio.Lock()
         self._inbox = b""
@@ -93,6 +97,10 @@ class WebSocketStream(trio.abc.Stream):
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.stream.wait_send_all_might_not_block()
+
+    def logged_on(self) -> None:
+        """The session logged on: messages up to MaxMessageSize are read from now on (MaxLogonSize before)."""
+        self.ws.limit(self._max_message_size, "the Transport's <MaxMessageSize>")
 
     def closing(self, reason: str) -> None:
         """The Session ends the connection for ``reason`` (slow client, duplicate name, timeouts): the close
@@ -195,7 +203,8 @@ class WebSocketStream(trio.abc.Stream):
 async def accept_websocket(stream: trio.abc.Stream, broker: Broker, transport: Any, remote: str
                            ) -> WebSocketStream | None:
     """Run the handshake of a client of a websocket ``transport``; ``None``: it failed and was closed."""
-    ws = WebSocketStream(stream, broker, transport.max_message_size, remote)
+    ws = WebSocketStream(stream, broker, transport.max_message_size, remote,
+                         getattr(transport, "max_logon_size", None))
     if await ws.handshake(max(HANDSHAKE_TIMEOUT, transport.logon_timeout)):
         return ws
     with trio.move_on_after(1) as cs:

@@ -285,3 +285,26 @@ def test_a_large_frame_is_gathered_read_by_read_and_joined_by_the_caller(chunk: 
     big = out[1].join()
     assert big.header.topic == "big" and big.body == body and len(out[1].parts) > 1 or chunk > len(body)
     assert out[2].header.topic == "small" and out[2].body == b"{}"
+
+
+def test_a_websocket_logon_over_the_logon_bound_is_closed_and_the_bound_lifts_after_logon(
+        broker: BrokerProcess) -> None:
+    from broker.testing.wsclient import WsClosed
+
+    stranger = WsClient.connect(broker.websocket_port or 0)  # says "text", does not log on
+    try:
+        stranger.command({"c": "logon", "cid": "L", "client_name": "ws-huge-logon", "a": "processed",
+                          "user_id": "u" * 1_000_000})
+        with pytest.raises(WsClosed) as closed:
+            stranger.next_message(20)
+        assert closed.value.code == 1009 and "MaxLogonSize" in str(closed.value), closed.value
+    finally:
+        stranger.close()
+    client = WsClient.connect(broker.websocket_port or 0, f"ws-after-logon-{time.monotonic_ns()}")
+    try:
+        client.command({"c": "publish", "t": "ws-big", "cid": "p1", "a": "processed"},
+                       '{"x":"' + "a" * 1_000_000 + '"}')
+        header, _ = client.next_message(20)
+        assert header.get("c") == "ack" and header.get("status") == "success", header
+    finally:
+        client.close()

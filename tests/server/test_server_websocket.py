@@ -193,8 +193,11 @@ def test_a_websocket_client_that_stops_reading_is_offlined_as_a_slow_client(brok
 def test_a_partial_message_counts_against_the_broker_wide_memory_limit(tmp_path) -> None:
     """Bytes of a WebSocket message still being received are reserved in TotalMessageMemoryLimit: a message
     that does not fit closes its connection before more is buffered."""
+    # MaxLogonSize 4MB: the message below (sent before any logon) passes the logon bound (64KB by default, which
+    # would close it first) and meets the memory budget this test is about.
     proc = BrokerProcess.from_xml(tmp_path, websocket=True,
-                                  extra="<TotalMessageMemoryLimit>1MB</TotalMessageMemoryLimit>").start()
+                                  extra="<TotalMessageMemoryLimit>1MB</TotalMessageMemoryLimit>",
+                                  websocket_extra="<MaxLogonSize>4MB</MaxLogonSize>").start()
     try:
         sock = opened(proc)
         chunk = 256 * 1024
