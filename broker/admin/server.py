@@ -6,10 +6,19 @@ and report the bound port through ``task_status``. Cancelling the caller's scope
 every connection; ``shutdown_trigger`` returning instead stops accepting and lets in-flight requests
 finish within ``graceful_timeout``.
 
-With HTTPS, the accept loop is ours (:func:`_serve_tls`: hypercorn's trio worker loop over our listener, each
-connection still served by hypercorn's ``TCPServer``) so that a plain ``http://`` request to the https port is
-seen: it is logged once per client address and answered with a plain-text 400 saying to use ``https://``
-(:mod:`broker.security.plain_http`), where hypercorn alone closes it without a word.
+The accept loop is ours (:func:`_serve`: hypercorn's trio worker loop over our listener, each connection still
+served by hypercorn's ``TCPServer``), for two reasons:
+
+* at most :data:`MAX_CONNECTIONS` connections are served at once; past that, the listener stops accepting and
+  new connections wait in the kernel's listen backlog (a client sees a slower answer, never a refusal) until
+  one closes. Every served connection costs the event loop some Python per request (hypercorn's h11 parsing,
+  its tasks, the ASGI call), and trio runs every ready task once per loop turn: with 1,000 connections ready
+  at once a logged-on client's message waited 0.17-0.19 s behind them; with the bound it waits behind at
+  most :data:`MAX_CONNECTIONS` (tests/faults/test_attacks_admin.py, ``python -m bench.attacks --row
+  admin-flood``).
+* with HTTPS, a plain ``http://`` request to the https port is seen: it is logged once per client address and
+  answered with a plain-text 400 saying to use ``https://`` (:mod:`broker.security.plain_http`), where
+  hypercorn alone closes it without a word.
 """
 
 from __future__ import annotations
@@ -22,11 +31,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-# hypercorn's own pieces of its trio worker loop, for _serve_tls (tests/security/test_security_plain_http.py and
+# hypercorn's own pieces of its trio worker loop, for _serve (tests/security/test_security_plain_http.py and
 # tests/admin/test_admin_security.py serve HTTPS through them: an incompatible hypercorn fails there).
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -54,6 +62,11 @@ READ_TIMEOUT_SECONDS = 30.0
 KEEP_ALIVE_TIMEOUT_SECONDS = 5.0
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 GRACEFUL_TIMEOUT_SECONDS = 2.0
+#: Admin connections served at once (per Admin port); more wait in the listen backlog until one closes.
+MAX_CONNECTIONS = 16
+#: The listen backlog: connections the kernel holds while MAX_CONNECTIONS are served (more are dropped by
+#: the kernel and retried by the client's TCP).
+LISTEN_BACKLOG = 1024
 
 
 async def _bind(host: str, port: int) -> socket.socket:
@@ -167,9 +180,7 @@ async def serve_admin(
     tls = certfile is not None and keyfile is not None
 
     config = HypercornConfig()
-    if not tls:
-        # Hypercorn adopts the descriptor (and listens on it); detach so only one object owns it.
-        config.bind = [f"fd://{sock.detach()}"]
+    config.backlog = LISTEN_BACKLOG
     config.accesslog = logging.getLogger("broker.admin.access") if access_log else None
     # A Logger (not "-") keeps hypercorn from installing its own stderr handler: our logging config rules.
     config.errorlog = logging.getLogger("broker.admin.http")
@@ -188,14 +199,17 @@ async def serve_admin(
             nursery.start_soon(app.sampler.run)
 
         async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            listener: trio.abc.Listener[Any]
             if tls:
                 shown = url_host(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
                 notices = PlainHttpNotices(f"the https Admin port {bound_port}", f"use https://{shown}:{bound_port}/")
-                await _serve_tls(served, config, sock, notices, shutdown_trigger=shutdown_trigger,
-                                 task_status=task_status)
+                context = config.create_ssl_context()
+                assert context is not None, "TLS is configured"
+                listener = _TLSListener(_listening(sock, config), context, notices)
             else:
-                await hypercorn.trio.serve(served, config, shutdown_trigger=shutdown_trigger,
-                                           task_status=task_status)
+                listener = trio.SocketListener(trio.socket.from_stdlib_socket(_listening(sock, config)))
+            await _serve(served, config, _BoundedListener(listener, MAX_CONNECTIONS),
+                         shutdown_trigger=shutdown_trigger, task_status=task_status)
             nursery.cancel_scope.cancel()  # stopped gracefully: the sampler stops with it
 
         await nursery.start(serve)
@@ -269,20 +283,58 @@ class _TLSListener(trio.abc.Listener[_TLSConnection]):
         await self._listener.aclose()
 
 
-async def _serve_tls(app: Any, config: HypercornConfig, sock: socket.socket, notices: PlainHttpNotices, *,
-                     shutdown_trigger: Callable[[], Awaitable[object]] | None,
-                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve HTTPS on the bound ``sock`` as ``hypercorn.trio.serve`` does (its worker loop, its per-connection
-    ``TCPServer``) but through :class:`_TLSListener`. The ASGI lifespan protocol is not run: the Admin app has
-    nothing to start or stop.
-    """
-    context = config.create_ssl_context()
-    assert context is not None, "TLS is configured"
+def _listening(sock: socket.socket, config: HypercornConfig) -> socket.socket:
     sock.setblocking(False)
     sock.listen(config.backlog)
-    listener = _TLSListener(sock, context, notices)
+    return sock
+
+
+class _BoundedListener(trio.abc.Listener[Any]):
+    """Accepts a connection only while fewer than ``limit`` accepted ones are open: past that, ``accept`` waits
+    (new connections stay in the kernel's listen backlog) until a connection's handler calls :meth:`release`.
+
+    Args:
+        listener: The listener to accept from (plain or TLS).
+        limit: Connections served at once.
+    """
+
+    def __init__(self, listener: trio.abc.Listener[Any], limit: int) -> None:
+        self._listener = listener
+        self._slots = trio.Semaphore(limit)
+
+    async def accept(self) -> Any:
+        await self._slots.acquire()
+        try:
+            return await self._listener.accept()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self) -> None:
+        """A connection accepted by this listener is closed: accept another."""
+        self._slots.release()
+
+    async def aclose(self) -> None:
+        await self._listener.aclose()
+
+
+async def _serve(app: Any, config: HypercornConfig, listener: _BoundedListener, *,
+                 shutdown_trigger: Callable[[], Awaitable[object]] | None,
+                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve HTTP(S) from ``listener`` as ``hypercorn.trio.serve`` does (its worker loop, its per-connection
+    ``TCPServer``), each connection holding one of the listener's slots until it is closed. The ASGI lifespan
+    protocol is not run: the Admin app has nothing to start or stop.
+    """
     worker = WorkerContext(None)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+
+    async def handle(stream: Any) -> None:
+        try:
+            await TCPServer(wrapped, config, worker, ConnectionState({}), stream)
+        finally:
+            listener.release()
+            await trio.aclose_forcefully(stream)  # also after a failed or timed-out TLS handshake
+
     async with trio.open_nursery() as server_nursery:
         task_status.started()
         try:
@@ -290,12 +342,7 @@ async def _serve_tls(app: Any, config: HypercornConfig, sock: socket.socket, not
                 if shutdown_trigger is not None:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
                 nursery.start_soon(raise_shutdown, worker.terminate.wait)
-                nursery.start_soon(partial(
-                    trio.serve_listeners,
-                    partial(TCPServer, wrapped, config, worker, ConnectionState({})),
-                    [listener],
-                    handler_nursery=server_nursery,
-                ))
+                nursery.start_soon(partial(trio.serve_listeners, handle, [listener], handler_nursery=server_nursery))
                 await trio.sleep_forever()
         except BaseExceptionGroup as error:
             _, others = error.split(ShutdownError)
