@@ -8,6 +8,7 @@ the generic key mapping.
 
 from __future__ import annotations
 
+import operator
 import re
 import struct
 from collections.abc import Mapping
@@ -21,11 +22,13 @@ from broker.protocol._header import Buffer, Header, decode_header, dumps_flat, e
 
 __all__ = [
     "HEARTBEAT_FRAME",
+    "LARGE_BODY",
     "MAX_PAYLOAD",
     "DeliveryBatch",
     "DeliveryRun",
     "DeliveryTemplate",
     "Frame",
+    "LargeFrame",
     "decode_frame",
     "encode_ack",
     "encode_frame",
@@ -38,6 +41,32 @@ __all__ = [
 _LEN: Final = struct.Struct(">I")
 #: The largest payload the 4-byte length prefix can describe.
 MAX_PAYLOAD: Final = 0xFFFFFFFF
+#: A message body this large or larger is never copied into a client's frame: :meth:`DeliveryBatch.frames` gives
+#: a :class:`LargeFrame` whose parts hold the body as it is (issue 34: copying 50 MB held the event loop ~60 ms).
+LARGE_BODY: Final = 1 << 20
+
+
+class LargeFrame:
+    """Encoded frames kept as parts (the bytes on the wire are the parts in order): the small headers joined,
+    each large body as it is. ``len()`` is the byte count; ``bytes()`` joins them (a copy: off the event loop).
+
+    :class:`broker.server.outbound.Outbound` writes the parts one after another without joining them.
+    """
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[Buffer]) -> None:
+        self.parts = parts
+        self.size = sum(len(part) for part in parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __repr__(self) -> str:
+        return f"LargeFrame({self.size} bytes in {len(self.parts)} parts)"
 
 
 class Frame:
@@ -291,7 +320,8 @@ class DeliveryBatch:
 
     ``batch.frames(sids)`` is byte for byte the concatenation of :class:`DeliveryTemplate` ``("p", ...)``
     ``.frame(sids)`` over the messages. Compiled in :mod:`broker.speedups.delivery` where built; the code here
-    is the fallback and the reference.
+    is the fallback and the reference. A run with a body of LARGE_BODY bytes or more gives a :class:`LargeFrame`
+    instead (the same bytes as parts, no body copied).
 
     Args:
         topic: The topic of every message.
@@ -301,19 +331,22 @@ class DeliveryBatch:
         LocalProtocolError: A body does not fit a frame, or a value cannot be encoded.
     """
 
-    __slots__ = ("_parts", "messages", "topic")
+    __slots__ = ("_large", "_parts", "messages", "topic")
 
     def __init__(self, topic: str, messages: list[tuple[bytes, str | None, str | None, str | None]]) -> None:
         self.topic = topic
         #: The messages, as given (for clients that take them one by one).
         self.messages = messages
-        self._parts = _delivery_parts(topic, messages, _template_parts)
+        self._parts = parts = _delivery_parts(topic, messages, _template_parts)
+        #: Some body is LARGE_BODY bytes or more (``fixed`` counts it; one C-level pass, no Python call per message).
+        self._large = bool(parts) and max(map(_FIXED, parts)) >= LARGE_BODY
 
     def __len__(self) -> int:
         return len(self._parts)
 
-    def frames(self, sids: str) -> bytes:
-        """Every message's frame for the client whose subscriptions ``sids`` (comma list) they reach.
+    def frames(self, sids: str) -> bytes | LargeFrame:
+        """Every message's frame for the client whose subscriptions ``sids`` (comma list) they reach (as a
+        :class:`LargeFrame` when a body is LARGE_BODY bytes or more).
 
         Raises:
             LocalProtocolError: ``sids`` is not a ``str``.
@@ -323,6 +356,8 @@ class DeliveryBatch:
         quoted = _QUOTED.get(sids)
         if quoted is None:
             quoted = _quote_sids(sids)
+        if self._large:
+            return _large_frames(self._parts, quoted)
         return _join_deliveries(self._parts, quoted)
 
 
@@ -355,6 +390,29 @@ def _join_python(parts: list[DeliveryParts], quoted: bytes) -> bytes:
         raise LocalProtocolError(f"frame payload of {size} bytes does not fit the 4-byte length prefix") from None
 
 
+def _large_frames(parts: list[DeliveryParts], quoted: bytes) -> LargeFrame:
+    """What :func:`_join_python` returns, as parts: the bytes between large bodies joined (headers, small
+    messages), each body of LARGE_BODY bytes or more kept as it is."""
+    n = len(quoted)
+    pack = _LEN.pack
+    out: list[Buffer] = []
+    pieces: list[bytes] = []
+    for fixed, head, tail, body in parts:
+        if fixed + n > MAX_PAYLOAD:
+            raise LocalProtocolError(f"frame payload of {fixed + n} bytes does not fit the 4-byte length prefix")
+        pieces += (pack(fixed + n), head, quoted, tail)
+        if len(body) >= LARGE_BODY:
+            out.append(b"".join(pieces))
+            out.append(body)
+            pieces = []
+        else:
+            pieces.append(body)
+    if pieces:
+        out.append(b"".join(pieces))
+    return LargeFrame(out)
+
+
+_FIXED: Final = operator.itemgetter(0)
 _compiled = speedups.load("delivery")
 _delivery_parts = _compiled.parts if _compiled is not None else _parts_python
 _join_deliveries = _compiled.join if _compiled is not None else _join_python

@@ -6,15 +6,27 @@ while the writer waits hands the buffer to the :class:`Flusher`, one task of the
 such buffer in turn with a non-blocking ``write`` (one task switch per round for all the clients an engine
 step reached, instead of one per client). Only what the socket does not take at once (a full send buffer, an
 error) goes back to the client's writer, which waits until the socket is writable.
+
+A frame of LARGE_WRITE bytes or more (a :class:`~broker.protocol._frames.LargeFrame` of a large message's
+delivery, or any large bytes) is never joined or copied on the event loop: the flusher leaves the queue holding it
+to the writer, which writes its parts in slices of WRITE_SLICE bytes (memoryviews) with a checkpoint between
+(issue 34: one 50 MB frame must cost other clients no more than a slice's write).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import trio
 
+from broker.protocol._frames import LargeFrame
 from broker.server.sockio import socket_fd, write_all
+
+#: A queued frame this large or larger sends its queue the large way (see the module's docstring).
+LARGE_WRITE = 1 << 20
+#: Bytes the writer writes (or copies, joining small frames) between two checkpoints on the large way.
+WRITE_SLICE = 1 << 20
 
 
 class SlowClient(Exception):
@@ -68,8 +80,10 @@ class Outbound:
         self.budget = budget if budget is not None else MemoryBudget(0)
         #: Bytes taken by the writer and not yet written (still in memory, still counted in the budget).
         self._writing = 0
-        self._chunks: list[bytes] = []
+        self._chunks: list[Any] = []  # bytes, memoryview (a partly written rest), LargeFrame
         self.size = 0
+        #: A frame of LARGE_WRITE bytes or more is queued: the writer writes the queue in slices.
+        self._large = False
         self._ready = trio.Event()
         #: Whether the writer waits on ``_ready`` with nothing queued and no flush pending: only then does
         #: :meth:`put` need to act (hand the buffer to the flusher, or wake the writer).
@@ -84,7 +98,7 @@ class Outbound:
         self.overflowed = False
         self.bytes_out = 0
 
-    def put(self, data: bytes) -> bool:
+    def put(self, data: bytes | LargeFrame) -> bool:
         """Queue one encoded frame (or several, joined). Never blocks; marks the buffer overflowed past the limit.
 
         Returns:
@@ -96,6 +110,8 @@ class Outbound:
         size = len(data)
         self._chunks.append(data)
         self.size += size
+        if size >= LARGE_WRITE:
+            self._large = True
         budget = self.budget
         budget.output += size
         if self._idle:  # once per batch, not once per frame
@@ -143,8 +159,12 @@ class Outbound:
                 continue
             if self.overflowed:
                 raise SlowClient()
-            data = b"".join(self._chunks)
-            self._chunks.clear()
+            if self._large:
+                await self._write_large(fd, stream)
+                continue
+            chunks = self._chunks
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
             self._writing, self.size = self.size, 0
             self._drained.set()
             try:
@@ -157,11 +177,82 @@ class Outbound:
                 self._writing = 0
             self.bytes_out += len(data)
 
+    async def _write_large(self, fd: int | None, stream: trio.abc.SendStream) -> None:
+        """Write the queue, which holds a frame of LARGE_WRITE bytes or more, without a long step on the loop.
+
+        On a socket: each large part in memoryview slices of WRITE_SLICE bytes, the small frames between them
+        joined a slice at a time, a checkpoint after each slice. On another stream (TLS, WebSocket: their
+        encoders take whole frames): the parts joined in a worker thread, then one ``send_all``.
+        """
+        buffers: list[Any] = []
+        for chunk in self._chunks:
+            if type(chunk) is LargeFrame:
+                buffers += chunk.parts
+            else:
+                buffers.append(chunk)
+        self._chunks = []
+        self._large = False
+        self._writing, self.size = self.size, 0
+        self._drained.set()
+        try:
+            if fd is None:
+                data = await trio.to_thread.run_sync(b"".join, buffers)
+                await stream.send_all(data)
+                self.bytes_out += len(data)
+                return
+            small: list[Any] = []
+            small_size = 0
+            for buffer in buffers:
+                n = len(buffer)
+                if n < WRITE_SLICE:
+                    small.append(buffer)
+                    small_size += n
+                    if small_size < WRITE_SLICE:
+                        continue
+                if small:
+                    await self._write_slice(fd, small[0] if len(small) == 1 else b"".join(small))
+                    small, small_size = [], 0
+                if n >= WRITE_SLICE:
+                    view = memoryview(buffer).cast("B")
+                    for start in range(0, n, WRITE_SLICE):
+                        await self._write_slice(fd, view[start:start + WRITE_SLICE])
+            if small:
+                await self._write_slice(fd, small[0] if len(small) == 1 else b"".join(small))
+        finally:
+            self.budget.output -= self._writing
+            self._writing = 0
+
+    async def _write_slice(self, fd: int, data: Any) -> None:
+        """Write one slice of a large queue (each write counted as it goes), then let other tasks run.
+
+        Raises:
+            trio.BrokenResourceError: the peer is gone.
+        """
+        view = memoryview(data)
+        sent, total = 0, len(view)
+        while sent < total:
+            try:
+                written = os.write(fd, view[sent:] if sent else view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(fd)
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"socket write failed: {exc}") from exc
+            sent += written
+            self.bytes_out += written
+            n = min(written, self._writing)  # none once the queue was discarded (it gave its bytes back then)
+            self.budget.output -= n
+            self._writing -= n
+        await trio.lowlevel.checkpoint()
+
     def flush_now(self) -> None:
         """Write what is queued without waiting (the :class:`Flusher`'s part): all of it when the socket takes it
         at once, else the rest goes to the writer task, which waits until the socket is writable."""
         chunks = self._chunks
         if not self._parked or not chunks or self._fd is None or self.overflowed:  # the writer takes over
+            return
+        if self._large:  # written in slices by the writer, never joined here
+            self._ready.set()
             return
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
@@ -179,7 +270,7 @@ class Outbound:
             self._drained.set()
             self._idle = True  # still parked: the next put hands it to the flusher again
         else:
-            chunks[:] = [data[written:]]
+            chunks[:] = [memoryview(data)[written:]]  # the rest, not a copy of it
             self._ready.set()
 
     @property
@@ -195,6 +286,7 @@ class Outbound:
         self.budget.output -= self.size + self._writing
         self.size = self._writing = 0
         self._chunks.clear()
+        self._large = False
         self.closed = True
         self._ready.set()
 

@@ -52,7 +52,7 @@ class RecordingClient:
     def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None:
         """Decode and keep the frames in ``frame``."""
         self.messages_out += messages
-        self._conn.receive_data(frame)
+        self._conn.receive_data(frame if type(frame) is bytes else bytes(frame))  # a LargeFrame's parts, joined
         while (event := self._conn.next_event()) is not NEED_DATA and event is not CLOSED:
             header = dict(event.header.fields())
             reason = header.get("reason")
