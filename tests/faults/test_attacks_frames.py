@@ -211,6 +211,63 @@ def test_a_50mb_publish_is_delivered_intact_while_a_bystander_keeps_round_trippi
         taker.close()
 
 
+def test_a_50mb_message_reaches_a_tcp_and_a_websocket_subscriber_while_a_bystander_round_trips(
+        broker: BrokerProcess) -> None:
+    """The delivery side: one 50 MB message framed and written to two subscribers (the official client over TCP,
+    a client over the WebSocket transport) arrives intact at both, and the bystander keeps round-tripping while
+    the broker writes it (the frame is written in slices with other clients served between, issue 34)."""
+    size = 50_000_000
+    body = b'{"x":"' + b"b" * (size - 8) + b'"}'
+    taker = AMPS.Client(f"taker-{time.monotonic_ns()}")
+    taker.connect(broker.uri)
+    taker.logon(10000)
+    got: list[bytes] = []
+    arrived = threading.Event()
+
+    def on_message(message: object) -> None:
+        got.append(message.get_data_raw() if hasattr(message, "get_data_raw") else message.get_data())  # type: ignore[attr-defined]
+        arrived.set()
+
+    taker.subscribe(on_message, "big2", timeout=10000)
+    assert broker.websocket_port
+    ws = WsClient.connect(broker.websocket_port, f"ws-taker-{time.monotonic_ns()}", timeout=60)
+    ws.command({"c": "subscribe", "cid": "s", "t": "big2", "sub_id": "ws-big", "a": "processed"})
+    assert ws.next_message(10)[0].get("status") == "success"
+    ws_got: list[tuple[dict, bytes | None]] = []
+    ws_failed: list[BaseException] = []
+
+    def ws_read() -> None:
+        try:
+            ws_got.append(ws.next_message(120))
+        except BaseException as exc:  # reported below
+            ws_failed.append(exc)
+
+    reader = threading.Thread(target=ws_read, daemon=True)
+    reader.start()
+    bystander = Bystander(broker.uri)
+    raw = Raw(broker.port, "big-publisher-2")
+    try:
+        bystander.start()
+        time.sleep(0.2)
+        raw.send({"c": "p", "t": "big2", "cid": "big", "a": "processed"}, body)
+        assert raw.ack("big", "processed")["status"] == "success"
+        before = bystander.trips  # from the ack on: the broker frames and writes 50 MB to each subscriber
+        assert arrived.wait(120), broker.log()[-2000:]
+        reader.join(120)
+        during = bystander.trips - before
+        assert not ws_failed, f"the WebSocket subscriber failed: {ws_failed[0]!r}"
+        data = got[0]
+        assert len(data) == len(body) and (data if isinstance(data, bytes) else data.encode()) == body
+        header, ws_data = ws_got[0]
+        assert header.get("c") == "p" and header.get("t") == "big2" and ws_data == body, header
+        assert during >= 3, f"the bystander completed only {during} round trips while 50 MB were delivered twice"
+    finally:
+        raw.close()
+        bystander.close()
+        ws.close()
+        taker.close()
+
+
 def _fragments(count: int) -> bytes:
     """A command (count message, then a header message of ``count`` one-byte frames: ``{`` spaces ``}``)."""
     key = b"\x01\x02\x03\x04"
