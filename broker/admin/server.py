@@ -16,6 +16,9 @@ served by hypercorn's ``TCPServer``), for two reasons:
   at once a logged-on client's message waited 0.17-0.19 s behind them; with the bound it waits behind at
   most :data:`MAX_CONNECTIONS` (tests/faults/test_attacks_admin.py, ``python -m bench.attacks --row
   admin-flood``).
+* one client address holds at most :data:`MAX_CONNECTIONS_PER_ADDRESS` of them; a connection past that is
+  answered ``503`` (plain HTTP; closed without a word over TLS) and closed, so the other addresses keep a
+  way in.
 * with HTTPS, a plain ``http://`` request to the https port is seen: it is logged once per client address and
   answered with a plain-text 400 saying to use ``https://`` (:mod:`broker.security.plain_http`), where
   hypercorn alone closes it without a word.
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, Updated
 
 # hypercorn's own pieces of its trio worker loop, for _serve (tests/security/test_security_plain_http.py and
 # tests/admin/test_admin_security.py serve HTTPS through them: an incompatible hypercorn fails there).
@@ -55,6 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = ["serve_admin"]
 
+log = logging.getLogger(__name__)
+
 #: Bounds on what a client of the Admin server may hold (documented in docs/metrics.md): a request head
 #: (request line and headers) larger than MAX_REQUEST_HEAD_BYTES is refused by h11; a connection that sends
 #: nothing for READ_TIMEOUT_SECONDS is closed. Request bodies are never read.
@@ -64,6 +70,11 @@ MAX_REQUEST_HEAD_BYTES = 16 * 1024
 GRACEFUL_TIMEOUT_SECONDS = 2.0
 #: Admin connections served at once (per Admin port); more wait in the listen backlog until one closes.
 MAX_CONNECTIONS = 16
+#: Of those, connections from one client address; more from it are answered 503 and closed at once (so one
+#: address cannot hold every slot).
+MAX_CONNECTIONS_PER_ADDRESS = 8
+#: How long a refused connection waits for the client to read the 503 before it is closed.
+REFUSAL_LINGER_SECONDS = 1.0
 #: The listen backlog: connections the kernel holds while MAX_CONNECTIONS are served (more are dropped by
 #: the kernel and retried by the client's TCP).
 LISTEN_BACKLOG = 1024
@@ -318,6 +329,63 @@ class _BoundedListener(trio.abc.Listener[Any]):
         await self._listener.aclose()
 
 
+class _ClosingTCPServer(TCPServer):
+    """hypercorn's ``TCPServer``, except that a connection the client closed ends as soon as its request is
+    answered: hypercorn's own keeps it (and so its Admin connection slot) until the keep-alive timeout."""
+
+    _client_gone = False
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        self._client_gone = True
+        await self.idle_task.stop()
+
+    async def protocol_send(self, event: Event) -> None:
+        if self._client_gone and isinstance(event, Updated) and event.idle:
+            await self.idle_task.stop()  # nothing more can come: no keep-alive wait
+            return
+        await super().protocol_send(event)
+
+
+def _peer_address(stream: Any) -> str:
+    """The client address of an accepted plain or TLS stream (``""`` when it is already gone)."""
+    transport = getattr(stream, "transport_stream", stream)
+    try:
+        return str(transport.socket.getpeername()[0])
+    except OSError:
+        return ""
+
+
+#: When each address's refusal was last logged.
+_refusals_logged: dict[str, float] = {}
+REFUSAL_LOG_SECONDS = 60.0
+
+
+async def _refuse(stream: Any, address: str) -> None:
+    """Answer a connection past :data:`MAX_CONNECTIONS_PER_ADDRESS` with a plain-text 503 (nothing over TLS:
+    no handshake is spent on it) and give the client a moment to read it."""
+    now = time.monotonic()
+    if now - _refusals_logged.get(address, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
+        if len(_refusals_logged) > 1024:
+            _refusals_logged.clear()
+        _refusals_logged[address] = now
+        log.warning("Admin: refusing connections from %s past %d at once (logged once a minute per address); "
+                    "close idle ones or reuse connections (HTTP keep-alive).", address, MAX_CONNECTIONS_PER_ADDRESS)
+    if isinstance(stream, _TLSConnection):
+        return
+    body = (f"Too many connections from {address} to the Admin port (at most {MAX_CONNECTIONS_PER_ADDRESS}); "
+            "close idle ones or reuse one, and retry.\n").encode()
+    head = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 1\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n")
+    with trio.move_on_after(REFUSAL_LINGER_SECONDS):
+        try:
+            await stream.send_all(head + body)
+            await stream.send_eof()
+            await stream.receive_some(MAX_REQUEST_HEAD_BYTES)  # the request, read so the close is not a reset
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
 async def _serve(app: Any, config: HypercornConfig, listener: _BoundedListener, *,
                  shutdown_trigger: Callable[[], Awaitable[object]] | None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -328,10 +396,20 @@ async def _serve(app: Any, config: HypercornConfig, listener: _BoundedListener, 
     worker = WorkerContext(None)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
 
+    held: dict[str, int] = {}
+
     async def handle(stream: Any) -> None:
+        address = _peer_address(stream)
+        held[address] = held.get(address, 0) + 1
         try:
-            await TCPServer(wrapped, config, worker, ConnectionState({}), stream)
+            if held[address] > MAX_CONNECTIONS_PER_ADDRESS:
+                await _refuse(stream, address)
+            else:
+                await _ClosingTCPServer(wrapped, config, worker, ConnectionState({}), stream)
         finally:
+            held[address] -= 1
+            if not held[address]:
+                del held[address]
             listener.release()
             await trio.aclose_forcefully(stream)  # also after a failed or timed-out TLS handshake
 
