@@ -9,20 +9,31 @@ their ratio. Rows:
 * ``publish-50mb``: a logged-on client publishes one 50 MB message (a subscriber takes it), again and again.
 * ``logon-60mb``: a new connection sends, before any logon, a logon frame whose user_id is 60 MB.
 * ``ws-fragments``: a logged-on WebSocket client sends a message of 200,000 one-byte frames (1.4 MB).
+* ``admin-flood``: 1,000 concurrent HTTP requests to the Admin port, half ``/amps.json``, half ``/metrics``
+  from four addresses (one thread, non-blocking sockets: the attacker's own Python stays off the
+  bystander's GIL).
+* ``logon-flood``: 40 threads log on with wrong passwords to an authenticated transport (a raw logon frame
+  per try, a new connection after the broker closes one).
+* ``admin-guess``: 8 threads guess Admin basic-auth passwords (``/amps/instance.json``).
+* ``tls-handshakes``: 12 threads complete TLS handshakes to a ``tcps`` transport and close, 100 each.
 
-``--quick`` (the tests/bench test, a few seconds) uses 8 MB frames and 50,000 fragments.
+``--quick`` (the tests/bench test, a few seconds) uses 8 MB frames, 50,000 fragments, 200 Admin requests, and
+fewer tries per thread. Every attack is bounded in count and time (a burst ends within 30 s) and stops by itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import selectors
 import socket
+import ssl
 import struct
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +51,8 @@ class Row:
     quiet: list[float]
     attacked: list[float]
     attacks: int
+    #: What the attacker saw, by outcome (HTTP status, logon ack status, "handshake", "error"...).
+    outcomes: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def _p99(values: list[float]) -> float:
@@ -65,7 +78,8 @@ class Row:
     def line(self) -> str:
         return (f"{self.name:<14} quiet p99 {self.quiet_p99 * 1e3:7.2f} ms ({len(self.quiet)} trips)  "
                 f"attacked p99 {self.attacked_p99 * 1e3:7.2f} ms max {self.attacked_max * 1e3:7.2f} ms "
-                f"({len(self.attacked)} trips, {self.attacks} attacks)  ratio {self.ratio:6.2f}x")
+                f"({len(self.attacked)} trips, {self.attacks} attacks)  ratio {self.ratio:6.2f}x"
+                + (f"  [{', '.join(f'{k}: {v}' for k, v in sorted(self.outcomes.items()))}]" if self.outcomes else ""))
 
 
 # -- raw attackers ---------------------------------------------------------------------------------------------
@@ -159,6 +173,157 @@ def ws_fragments(count: int) -> Attack:
     return attack
 
 
+@dataclass
+class Targets:
+    """The ports and secrets the new rows attack (filled in once the broker runs)."""
+
+    admin_port: int = 0
+    secure_port: int = 0
+    tls_port: int = 0
+    ca_path: str = ""
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def count(self, outcome: str, n: int = 1) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+
+
+#: A burst never runs longer than this (its sockets time out, its loop stops).
+BURST_SECONDS = 30.0
+
+
+def admin_flood(targets: Targets, count: int) -> Attack:
+    """``count`` concurrent Admin requests (half ``/amps.json``, half ``/metrics``, ``Connection: close``) from
+    one thread over non-blocking sockets; waits for every answer (or ``BURST_SECONDS``)."""
+    def attack(port: int, ws_port: int) -> None:
+        selector = selectors.DefaultSelector()
+        pending: dict[socket.socket, tuple[bytes, bytearray]] = {}
+        for i in range(count):
+            sock = socket.socket()
+            sock.bind((f"127.0.0.{2 + i % 4}", 0))  # four addresses: past 8 each the Admin answers 503
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", targets.admin_port))
+            path = "/amps.json" if i % 2 else "/metrics"
+            pending[sock] = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode(),
+                             bytearray())
+            selector.register(sock, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + BURST_SECONDS
+        try:
+            while pending and time.monotonic() < deadline:
+                for key, events in selector.select(1.0):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    request, answer = pending[sock]
+                    try:
+                        if events & selectors.EVENT_WRITE:
+                            sock.send(request)
+                            selector.modify(sock, selectors.EVENT_READ)
+                            continue
+                        chunk = sock.recv(1 << 20)
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        answer += chunk
+                        continue
+                    targets.count(answer[9:12].decode() if answer.startswith(b"HTTP/1.1 ") else "no answer")
+                    selector.unregister(sock)
+                    sock.close()
+                    del pending[sock]
+        finally:
+            targets.count("unfinished", len(pending))
+            for sock in pending:
+                sock.close()
+            selector.close()
+    return attack
+
+
+def _parallel(threads: int, work: Callable[[int], None]) -> None:
+    """``work(i)`` in ``threads`` threads at once; returns when all are done."""
+    started = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join(BURST_SECONDS + 30)
+
+
+def logon_flood(targets: Targets, threads: int, tries: int) -> Attack:
+    """``threads`` threads each send ``tries`` logons with a wrong password for ``alice`` to the authenticated
+    transport (a new connection whenever the broker closes one) and read each answer."""
+    def work(i: int) -> None:
+        deadline = time.monotonic() + BURST_SECONDS
+        done = 0
+        while done < tries and time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", targets.secure_port), timeout=10) as sock:
+                    conn = Connection()
+                    while done < tries:
+                        sock.sendall(encode_frame({"c": "logon", "cid": f"g{done}", "client_name": f"guess-{i}-{done}",
+                                                   "user_id": "alice", "pw": f"wrong-{done}", "a": "processed"}))
+                        done += 1
+                        header = _read_header(sock, conn)
+                        if header is None:
+                            targets.count("closed")
+                            break
+                        targets.count(str(header.get("status")))
+            except OSError:
+                targets.count("error")
+                done += 1
+
+    def attack(port: int, ws_port: int) -> None:
+        _parallel(threads, work)
+    return attack
+
+
+def admin_guess(targets: Targets, threads: int, tries: int) -> Attack:
+    """``threads`` threads each send ``tries`` Admin requests with a guessed basic-auth password."""
+    import urllib.error
+    import urllib.request
+
+    def work(i: int) -> None:
+        deadline = time.monotonic() + BURST_SECONDS
+        for n in range(tries):
+            if time.monotonic() > deadline:
+                return
+            token = base64.b64encode(f"alice:guess-{i}-{n}".encode()).decode()
+            request = urllib.request.Request(f"http://127.0.0.1:{targets.admin_port}/amps/instance.json",
+                                             headers={"Authorization": f"Basic {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    reply.read()
+                    targets.count(str(reply.status))
+            except urllib.error.HTTPError as exc:
+                targets.count(str(exc.code))
+            except OSError:
+                targets.count("error")
+
+    def attack(port: int, ws_port: int) -> None:
+        _parallel(threads, work)
+    return attack
+
+
+def tls_handshakes(targets: Targets, threads: int, tries: int) -> Attack:
+    """``threads`` threads (from 127.0.0.2 and 127.0.0.3) each complete ``tries`` TLS handshakes with the
+    ``tcps`` transport and close."""
+    def work(i: int) -> None:
+        context = ssl.create_default_context(cafile=targets.ca_path)
+        deadline = time.monotonic() + BURST_SECONDS
+        for _ in range(tries):
+            if time.monotonic() > deadline:
+                return
+            try:
+                with socket.socket() as raw:
+                    raw.bind((f"127.0.0.{2 + i % 2}", 0))
+                    raw.settimeout(10)
+                    raw.connect(("127.0.0.1", targets.tls_port))
+                    with context.wrap_socket(raw, server_hostname="127.0.0.1"):
+                        targets.count("handshake")
+            except (ssl.SSLError, OSError):
+                targets.count("error")
+
+    def attack(port: int, ws_port: int) -> None:
+        _parallel(threads, work)
+    return attack
+
+
 # -- the bystander ---------------------------------------------------------------------------------------------
 def _round_trips(uri: str, seconds: float, attack: Attack | None, ports: tuple[int, int]) -> tuple[list[float], int]:
     """A bystander's round trips (publish, delivery back to it) for ``seconds`` while ``attack`` (when given) repeats in a thread."""
@@ -208,19 +373,52 @@ def _round_trips(uri: str, seconds: float, attack: Attack | None, ports: tuple[i
     return trips, attacks
 
 
+def _secured(directory: Path, targets: Targets) -> str:
+    """Config sections for the new rows: an Admin port with basic authentication (``/metrics`` and
+    ``/amps.json`` open, as for a Prometheus scrape), a transport with password authentication and a ``tcps``
+    transport; fills ``targets``."""
+    from broker.security.passwords import set_password
+    from broker.testing.process import free_port
+    from broker.testing.tls import make_ca
+
+    set_password(directory / "users.passwd", "alice", "alice-pw")
+    ca = make_ca(directory, "bench-attacks-ca")
+    certificate, key = ca.issue("server", server=True)
+    targets.admin_port, targets.secure_port, targets.tls_port = free_port(), free_port(), free_port()
+    targets.ca_path = str(ca.cert_path)
+    password_file = f"""<Authentication><Module>password-file</Module>
+      <Options><PasswordFile>{directory / "users.passwd"}</PasswordFile></Options></Authentication>"""
+    return f"""<Admin><InetAddr>127.0.0.1:{targets.admin_port}</InetAddr><Interval>1s</Interval>
+      <AnonymousPaths>^/(metrics|amps\\.json)$</AnonymousPaths>{password_file}</Admin>
+    <Transports>
+      <Transport><Name>secure-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{targets.secure_port}</InetAddr>
+        <Protocol>amps</Protocol>{password_file}</Transport>
+      <Transport><Name>secure-tls</Name><Type>tcps</Type><InetAddr>127.0.0.1:{targets.tls_port}</InetAddr>
+        <Protocol>amps</Protocol><Certificate>{certificate}</Certificate><PrivateKey>{key}</PrivateKey></Transport>
+    </Transports>"""
+
+
 def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]:
     """Start a broker and measure every attack (or those named in ``rows``)."""
-    from broker.testing.process import BrokerProcess
+    from broker.testing.process import BrokerProcess, wait_for_port
 
     attacks: dict[str, Attack] = {
         "publish-50mb": big_publish(8_000_000 if quick else 50_000_000),
         "logon-60mb": big_logon(8_000_000 if quick else 60_000_000),
         "ws-fragments": ws_fragments(50_000 if quick else 200_000),
     }
+    targets = Targets()
+    attacks.update({
+        "admin-flood": admin_flood(targets, 200 if quick else 1000),
+        "logon-flood": logon_flood(targets, 40, 3 if quick else 20),
+        "admin-guess": admin_guess(targets, 8, 5 if quick else 50),
+        "tls-handshakes": tls_handshakes(targets, 12, 5 if quick else 100),
+    })
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc = BrokerProcess.from_xml(Path(tmp), websocket=True).start()
+        proc = BrokerProcess.from_xml(Path(tmp), websocket=True, extra=_secured(Path(tmp), targets)).start()
         try:
+            wait_for_port(targets.admin_port, 30, proc.proc)
             import AMPS
 
             taker = AMPS.Client(f"bench-attacks-subscriber-{time.monotonic_ns()}")  # the big publish is delivered
@@ -232,8 +430,9 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
                 if rows and name not in rows:
                     continue
                 quiet, _ = _round_trips(proc.uri, seconds, None, ports)
+                targets.outcomes = {}
                 attacked, count = _round_trips(proc.uri, seconds, attack, ports)
-                out.append(Row(name, quiet, attacked, count))
+                out.append(Row(name, quiet, attacked, count, dict(targets.outcomes)))
             taker.close()
         finally:
             proc.stop()
