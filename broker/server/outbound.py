@@ -7,10 +7,11 @@ such buffer in turn with a non-blocking ``write`` (one task switch per round for
 step reached, instead of one per client). Only what the socket does not take at once (a full send buffer, an
 error) goes back to the client's writer, which waits until the socket is writable.
 
-A frame of LARGE_WRITE bytes or more (a :class:`~broker.protocol._frames.LargeFrame` of a large message's
-delivery, or any large bytes) is never joined or copied on the event loop: the flusher leaves the queue holding it
-to the writer, which writes its parts in slices of WRITE_SLICE bytes (memoryviews) with a checkpoint between
-(issue 34: one 50 MB frame must cost other clients no more than a slice's write).
+A queue of LARGE_WRITE bytes or more (one holding a :class:`~broker.protocol._frames.LargeFrame`, a large message's
+delivery, always is) is never joined or copied whole on the event loop: the flusher leaves it to the writer, which
+writes it in slices of WRITE_SLICE bytes (memoryviews of large parts, small frames joined a slice at a time) with a
+checkpoint between (issue 34: one 50 MB frame must cost other clients no more than a slice's write). The size is
+looked at once per batch (flush or write), never per queued frame.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import trio
 from broker.protocol._frames import LargeFrame
 from broker.server.sockio import socket_fd, write_all
 
-#: A queued frame this large or larger sends its queue the large way (see the module's docstring).
+#: A queue this large or larger (a LargeFrame always is) is written the large way (see the module's docstring).
 LARGE_WRITE = 1 << 20
 #: Bytes the writer writes (or copies, joining small frames) between two checkpoints on the large way.
 WRITE_SLICE = 1 << 20
@@ -82,8 +83,6 @@ class Outbound:
         self._writing = 0
         self._chunks: list[Any] = []  # bytes, memoryview (a partly written rest), LargeFrame
         self.size = 0
-        #: A frame of LARGE_WRITE bytes or more is queued: the writer writes the queue in slices.
-        self._large = False
         self._ready = trio.Event()
         #: Whether the writer waits on ``_ready`` with nothing queued and no flush pending: only then does
         #: :meth:`put` need to act (hand the buffer to the flusher, or wake the writer).
@@ -110,8 +109,6 @@ class Outbound:
         size = len(data)
         self._chunks.append(data)
         self.size += size
-        if size >= LARGE_WRITE:
-            self._large = True
         budget = self.budget
         budget.output += size
         if self._idle:  # once per batch, not once per frame
@@ -159,7 +156,7 @@ class Outbound:
                 continue
             if self.overflowed:
                 raise SlowClient()
-            if self._large:
+            if self.size >= LARGE_WRITE:  # a LargeFrame is always this large
                 await self._write_large(fd, stream)
                 continue
             chunks = self._chunks
@@ -178,7 +175,7 @@ class Outbound:
             self.bytes_out += len(data)
 
     async def _write_large(self, fd: int | None, stream: trio.abc.SendStream) -> None:
-        """Write the queue, which holds a frame of LARGE_WRITE bytes or more, without a long step on the loop.
+        """Write the queue, LARGE_WRITE bytes or more, without a long step on the loop.
 
         On a socket: each large part in memoryview slices of WRITE_SLICE bytes, the small frames between them
         joined a slice at a time, a checkpoint after each slice. On another stream (TLS, WebSocket: their
@@ -191,7 +188,6 @@ class Outbound:
             else:
                 buffers.append(chunk)
         self._chunks = []
-        self._large = False
         self._writing, self.size = self.size, 0
         self._drained.set()
         try:
@@ -251,7 +247,7 @@ class Outbound:
         chunks = self._chunks
         if not self._parked or not chunks or self._fd is None or self.overflowed:  # the writer takes over
             return
-        if self._large:  # written in slices by the writer, never joined here
+        if self.size >= LARGE_WRITE:  # written in slices by the writer, never joined here
             self._ready.set()
             return
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -286,7 +282,6 @@ class Outbound:
         self.budget.output -= self.size + self._writing
         self.size = self._writing = 0
         self._chunks.clear()
-        self._large = False
         self.closed = True
         self._ready.set()
 
