@@ -16,9 +16,10 @@ served by hypercorn's ``TCPServer``), for two reasons:
   at once a logged-on client's message waited 0.17-0.19 s behind them; with the bound it waits behind at
   most :data:`MAX_CONNECTIONS` (tests/faults/test_attacks_admin.py, ``python -m bench.attacks --row
   admin-flood``).
-* one client address holds at most :data:`MAX_CONNECTIONS_PER_ADDRESS` of them; a connection past that is
-  answered ``503`` (plain HTTP; closed without a word over TLS) and closed, so the other addresses keep a
-  way in.
+* one client address holds at most :data:`MAX_CONNECTIONS_PER_ADDRESS` of them; a connection past that waits
+  its address's turn without holding a slot (a browser's or a test's burst of requests is served in turn),
+  and past :data:`MAX_WAITING_PER_ADDRESS` more it is answered ``503`` (plain HTTP; closed without a word over
+  TLS) and closed, so the other addresses keep a way in.
 * with HTTPS, a plain ``http://`` request to the https port is seen: it is logged once per client address and
   answered with a plain-text 400 saying to use ``https://`` (:mod:`broker.security.plain_http`), where
   hypercorn alone closes it without a word.
@@ -70,9 +71,11 @@ MAX_REQUEST_HEAD_BYTES = 16 * 1024
 GRACEFUL_TIMEOUT_SECONDS = 2.0
 #: Admin connections served at once (per Admin port); more wait in the listen backlog until one closes.
 MAX_CONNECTIONS = 16
-#: Of those, connections from one client address; more from it are answered 503 and closed at once (so one
-#: address cannot hold every slot).
+#: Of those, connections from one client address (so one address cannot hold every slot); more from it wait
+#: for its turn without holding a slot...
 MAX_CONNECTIONS_PER_ADDRESS = 8
+#: ...up to this many; past that they are answered 503 and closed at once.
+MAX_WAITING_PER_ADDRESS = 64
 #: How long a refused connection waits for the client to read the 503 before it is closed.
 REFUSAL_LINGER_SECONDS = 1.0
 #: The listen backlog: connections the kernel holds while MAX_CONNECTIONS are served (more are dropped by
@@ -322,8 +325,12 @@ class _BoundedListener(trio.abc.Listener[Any]):
             raise
 
     def release(self) -> None:
-        """A connection accepted by this listener is closed: accept another."""
+        """A connection accepted by this listener is closed (or waits without a slot): accept another."""
         self._slots.release()
+
+    async def reacquire(self) -> None:
+        """Take a slot again for a connection that gave its slot back while it waited."""
+        await self._slots.acquire()
 
     async def aclose(self) -> None:
         await self._listener.aclose()
@@ -396,21 +403,41 @@ async def _serve(app: Any, config: HypercornConfig, listener: _BoundedListener, 
     worker = WorkerContext(None)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
 
-    held: dict[str, int] = {}
+    held: dict[str, int] = {}  # connections open per address (served and waiting)
+    turns: dict[str, trio.Semaphore] = {}  # per address: MAX_CONNECTIONS_PER_ADDRESS served at once
 
     async def handle(stream: Any) -> None:
         address = _peer_address(stream)
         held[address] = held.get(address, 0) + 1
+        turn = turns.setdefault(address, trio.Semaphore(MAX_CONNECTIONS_PER_ADDRESS))
+        slot = True
         try:
-            if held[address] > MAX_CONNECTIONS_PER_ADDRESS:
+            if held[address] > MAX_CONNECTIONS_PER_ADDRESS + MAX_WAITING_PER_ADDRESS:
                 await _refuse(stream, address)
+                return
+            if turn.value == 0:  # the address's share is in use: wait for its turn without a slot of the port
+                listener.release()
+                slot = False
+                await turn.acquire()
+                try:
+                    await listener.reacquire()
+                except BaseException:
+                    turn.release()
+                    raise
+                slot = True
             else:
+                turn.acquire_nowait()
+            try:
                 await _ClosingTCPServer(wrapped, config, worker, ConnectionState({}), stream)
+            finally:
+                turn.release()
         finally:
             held[address] -= 1
             if not held[address]:
                 del held[address]
-            listener.release()
+                del turns[address]
+            if slot:
+                listener.release()
             await trio.aclose_forcefully(stream)  # also after a failed or timed-out TLS handshake
 
     async with trio.open_nursery() as server_nursery:

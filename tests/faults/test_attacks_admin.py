@@ -4,8 +4,9 @@ bystander.
 * 300 concurrent ``/amps.json`` and ``/metrics`` requests from four addresses: every one is answered 200 or
   refused with a clean 503 (no reset, no timeout), the bystander's every publish comes back in order, and the
   broker stays up;
-* the Admin port serves at most ``MAX_CONNECTIONS_PER_ADDRESS`` connections from one address (the next is
-  answered 503 at once) and at most ``MAX_CONNECTIONS`` in all (the next waits in the backlog and is answered
+* the Admin port serves at most ``MAX_CONNECTIONS_PER_ADDRESS`` connections from one address (the next waits
+  its turn without a slot, and past ``MAX_WAITING_PER_ADDRESS`` more is answered 503 at once) and at most
+  ``MAX_CONNECTIONS`` in all (the next waits in the backlog and is answered
   as soon as one closes).
 """
 
@@ -24,7 +25,11 @@ import pytest
 
 AMPS = pytest.importorskip("AMPS")
 
-from broker.admin.server import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS  # noqa: E402
+from broker.admin.server import (  # noqa: E402
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_ADDRESS,
+    MAX_WAITING_PER_ADDRESS,
+)
 from broker.testing.process import BrokerProcess  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,7 +120,20 @@ def test_one_address_holds_a_bounded_share_and_past_the_total_connections_wait(b
     port = broker.admin_port
     held = idle_connections(port, "127.0.0.2", MAX_CONNECTIONS_PER_ADDRESS)
     try:
-        # Past its share, an address is answered 503 at once, saying what to do...
+        # Past its share, an address's request waits its turn (holding no slot: another address is served)...
+        turned: list[int] = []
+        queued = threading.Thread(target=lambda: turned.append(get(port, "/metrics", "127.0.0.2")), daemon=True)
+        queued.start()
+        queued.join(1.5)
+        assert not turned, "an address was served past MAX_CONNECTIONS_PER_ADDRESS at once"
+        assert get(port, "/metrics", "127.0.0.3") == 200
+        held.pop(0).close()
+        queued.join(15)
+        assert turned == [200]
+        held += idle_connections(port, "127.0.0.2", 1)
+        # ...and past MAX_WAITING_PER_ADDRESS more waiting, it is answered 503 at once, saying what to do...
+        held += idle_connections(port, "127.0.0.2", MAX_WAITING_PER_ADDRESS)
+        time.sleep(0.5)  # the waiting ones accepted
         started = time.monotonic()
         connection = _SourceConnection(port, "127.0.0.2")
         try:
@@ -132,6 +150,7 @@ def test_one_address_holds_a_bounded_share_and_past_the_total_connections_wait(b
 
         # With every slot held, a new connection waits (it is not refused) until one closes.
         held += idle_connections(port, "127.0.0.3", MAX_CONNECTIONS - MAX_CONNECTIONS_PER_ADDRESS)
+        time.sleep(0.5)  # accepted
         answer: list[int] = []
         waiting = threading.Thread(target=lambda: answer.append(get(port, "/amps.json", "127.0.0.4")), daemon=True)
         waiting.start()
