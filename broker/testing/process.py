@@ -141,10 +141,29 @@ class BrokerProcess:
                 wait_for_port(self.admin_port, timeout, self.proc)
             if self.websocket_port:
                 wait_for_port(self.websocket_port, timeout, self.proc)
+            for port in self._other_transport_ports():
+                wait_for_port(port, timeout, self.proc)
         except RuntimeError as exc:
             self.kill()
             raise RuntimeError(f"{exc}\n--- broker log ---\n{self.log()}") from None
         return self
+
+    def _other_transport_ports(self) -> list[int]:
+        """The ports of the config's other transports (a tcps one a test added, say): start() waits for these
+        too, so a test never connects before its transport listens."""
+        try:
+            from lxml import etree
+
+            root = etree.parse(str(self.config_path)).getroot()
+        except Exception:  # noqa: BLE001 - a config this helper cannot read: wait for the known ports only
+            return []
+        known = {self.port, self.admin_port, self.websocket_port}
+        ports: list[int] = []
+        for element in root.iterfind("./Transports/Transport/InetAddr"):
+            _, _, tail = (element.text or "").strip().rpartition(":")
+            if tail.isdigit() and int(tail) not in known:
+                ports.append(int(tail))
+        return ports
 
     def log(self) -> str:
         """What the broker wrote to stdout/stderr so far."""

@@ -142,7 +142,9 @@ def test_unparseable_or_keyless_publish_fires_failed_write_and_stores_nothing(so
             time.sleep(0.02)
         assert failed == [("this is not json", "parse error"), ('{"no_id":1}', "bad sow key"),
                           ('{"id":null}', "bad sow key")]
-        assert records(query(client, "strict")) == [{"id": 7, "ok": True}]
+        # Other tests on this broker may store their own ids in "strict"; none of this test's refusals is stored.
+        stored = records(query(client, "strict"))
+        assert [r for r in stored if r.get("id") in (7, None) or "no_id" in r] == [{"id": 7, "ok": True}]
     finally:
         client.close()
 
