@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -25,7 +26,7 @@ __all__ = ["CLOSED", "DEFAULT_MAX_FRAME_SIZE", "LARGE_FRAME", "NEED_DATA", "Conn
 #: The default largest payload accepted, matching the config default of ``<MaxMessageSize>``.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 
-_LEN_UNPACK = struct.Struct(">I").unpack_from
+_LEN_UNPACK: Callable[..., tuple[int]] = struct.Struct(">I").unpack_from
 
 #: A frame at least this large (payload bytes) is gathered read by read, without a growing buffer, by a connection
 #: made with ``large_frames=True``, and handed out as a :class:`LargeFrame` whose body the caller joins off the
@@ -96,7 +97,7 @@ _HEADER_CACHE_SIZE = 64
 _SEQ_FIELD = re.compile(rb'"s":(\d{1,19})(?=[,}])')
 
 
-def _cached_header_python(buf: Buffer, start: int, end: int, headers: dict[bytes, Header]) -> tuple[Header, int] | None:
+def _cached_header_python(buf: bytes | bytearray, start: int, end: int, headers: dict[bytes, Header]) -> tuple[Header, int] | None:
     """The header of the frame payload ``buf[start:end]`` and where its body starts, when ``headers`` (a
     connection's decoded headers by their bytes, see :meth:`Connection._keep_header`) has it: the same bytes
     up to the first ``}``, or the same but for the digits of a publish store's ``"s"`` (a copy with this
@@ -119,7 +120,7 @@ def _cached_header_python(buf: Buffer, start: int, end: int, headers: dict[bytes
     return None
 
 
-def _remembered_frame_python(buf: Buffer, pos: int, max_size: int, headers: dict[bytes, Header]
+def _remembered_frame_python(buf: bytes | bytearray, pos: int, max_size: int, headers: dict[bytes, Header]
                              ) -> tuple[Frame, int] | None:
     """The frame at ``buf[pos:]`` and where it ends, when it is complete, ``0 < size <= max_size`` and its header
     remembered (:func:`_cached_header_python`); ``None``: anything else, left to :meth:`Connection.next_event`'s
@@ -138,7 +139,7 @@ def _remembered_frame_python(buf: Buffer, pos: int, max_size: int, headers: dict
     return Frame(header, bytes(buf[body_start:end])), end
 
 
-def _publish_run_python(buf: Buffer, pos: int, max_size: int, headers: dict[bytes, Header], batch: list[Frame],
+def _publish_run_python(buf: bytes | bytearray, pos: int, max_size: int, headers: dict[bytes, Header], batch: list[Frame],
                         plain: Header | None, commands: frozenset[str], acks: frozenset[str]
                         ) -> tuple[int, int, Header | None]:
     """Every frame from ``buf[pos:]`` on that :func:`_remembered_frame_python` gives and whose header takes the
@@ -160,11 +161,15 @@ def _publish_run_python(buf: Buffer, pos: int, max_size: int, headers: dict[byte
 
 _compiled = speedups.load("framerun")
 #: The compiled twin (:func:`broker.speedups.framerun.cached_header`) when built.
-_cached_header = _compiled.cached_header if _compiled is not None else _cached_header_python
+_cached_header: Callable[[bytes | bytearray, int, int, dict[bytes, Header]], tuple[Header, int] | None] = (
+    _compiled.cached_header if _compiled is not None else _cached_header_python)
 #: The compiled usual case of :meth:`Connection.next_event` (:func:`broker.speedups.framerun.remembered_frame`).
-_remembered_frame = _compiled.remembered_frame if _compiled is not None else None
+_remembered_frame: Callable[[bytes | bytearray, int, int, dict[bytes, Header]], tuple[Frame, int] | None] | None = (
+    _compiled.remembered_frame if _compiled is not None else None)
 #: :meth:`Connection.next_publishes`'s loop (:func:`broker.speedups.framerun.publish_run` when built).
-_publish_run = _compiled.publish_run if _compiled is not None else _publish_run_python
+_publish_run: Callable[[bytes | bytearray, int, int, dict[bytes, Header], list[Frame], Header | None, frozenset[str],
+                        frozenset[str]], tuple[int, int, Header | None]] = (
+    _compiled.publish_run if _compiled is not None else _publish_run_python)
 
 
 class Connection:
@@ -269,7 +274,7 @@ class Connection:
                     f"receive buffer holds {pending} unread bytes; call next_event() until it returns "
                     "NEED_DATA before calling receive_data() again"
                 )
-            if type(buf) is bytes:
+            if isinstance(buf, bytes):
                 joined = bytearray(memoryview(buf)[pos:])
                 joined += data
                 self._buf = joined
@@ -279,14 +284,14 @@ class Connection:
                 buf += data
         self._pos = 0
 
-    def next_event(self) -> Frame | Sentinel:
+    def next_event(self) -> Frame | LargeFrame | Sentinel:
         """Return the next complete frame, :data:`NEED_DATA`, or :data:`CLOSED` after end of stream.
 
         Frames whose headers are the same bytes may share one :class:`Header` object (a publisher's
         repeated ``{"c":"p","t":..}`` is decoded once): treat headers as read-only.
 
         Returns:
-            A :class:`Frame`, or a :class:`Sentinel`.
+            A :class:`Frame`, a :class:`LargeFrame` (``large_frames=True`` only), or a :class:`Sentinel`.
 
         Raises:
             RemoteProtocolError: The peer sent a frame larger than ``max_frame_size``, an empty

@@ -101,7 +101,7 @@ def _frame(header: bytes, body: Buffer) -> bytes:
     return b"".join((_LEN.pack(size), header, body))
 
 
-def encode_frame(header: Mapping[str, Any] | Header, body: Buffer = b"") -> bytes:
+def encode_frame(header: Mapping[str, object] | Header, body: Buffer = b"") -> bytes:
     """Encode a complete frame: length prefix, compact header, body.
 
     Args:

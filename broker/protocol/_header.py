@@ -25,7 +25,7 @@ Both paths produce the same :class:`Header` (a property test checks it).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -138,7 +138,7 @@ class Header:
 
     def replace(self, **changes: str | int | None) -> Header:
         """Return a copy with some fields changed (``None`` removes a field); :attr:`extra` is kept."""
-        fields = self.fields()
+        fields: dict[str, Any] = self.fields()
         for name, value in changes.items():
             if name not in _CANONICAL:
                 raise TypeError(f"Header.replace() got an unknown field {name!r}")
@@ -211,7 +211,8 @@ def decode_header(buf: bytes | bytearray, start: int = 0, end: int | None = None
     return _scan(buf, start, end)
 
 
-def _from_json(raw: dict[str, Any], _str_name: Any = _STR_KEYS.get, _new: Any = object.__new__) -> Header:
+def _from_json(raw: dict[str, Any], _str_name: Callable[[str], str | None] = _STR_KEYS.get,
+               _new: Callable[[type[Header]], Header] = object.__new__) -> Header:
     # Hot path: one dict lookup and one type check per key, writing straight into the instance dict.
     header = _new(Header)
     fields = header.__dict__
@@ -284,11 +285,11 @@ def _scan(buf: Buffer, start: int, end: int) -> tuple[Header, int]:
     """The tolerant scanner (see the module docstring for the grammar)."""
     raw: dict[str, str] = {}
     pos = start + 1
-    m = _EMPTY_OBJECT.match(buf, pos, end)  # type: ignore[call-overload]
+    m = _EMPTY_OBJECT.match(buf, pos, end)
     if m is not None:
         return Header(), m.end()
     while True:
-        m = _MEMBER.match(buf, pos, end)  # type: ignore[call-overload]
+        m = _MEMBER.match(buf, pos, end)
         if m is None:
             raise RemoteProtocolError(_syntax_error(buf, start, pos, end))
         key_raw, str_raw, bare, nested, sep = m.groups()

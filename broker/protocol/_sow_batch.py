@@ -92,7 +92,7 @@ def encode_sow_batch(
     return _frame(b"", b"".join(parts))
 
 
-def encode_sow_records(outer: Mapping[str, Any], records: Sequence[tuple[str, str, str, str, str, Buffer]]) -> bytes:
+def encode_sow_records(outer: Mapping[str, object], records: Sequence[tuple[str, str, str, str, str, Buffer]]) -> bytes:
     """Encode a ``sow`` frame of query results: the hot path of :func:`encode_sow_batch`.
 
     Every record carries exactly ``t``, ``k``, ``bm``, ``ts`` and ``x`` (``""`` when empty), so the
@@ -117,7 +117,7 @@ def encode_sow_records(outer: Mapping[str, Any], records: Sequence[tuple[str, st
     parts: list[Buffer] = [encode_header({"c": "sow", **outer_fields})]
     append = parts.append
     for t, k, bm, ts, x, data in records:
-        wire = {"t": t, "k": k, "bm": bm, "ts": ts, "x": x, "l": len(data)}
+        wire: dict[str, str | int] = {"t": t, "k": k, "bm": bm, "ts": ts, "x": x, "l": len(data)}
         try:
             inner = orjson.dumps(wire)
         except TypeError:
@@ -134,7 +134,7 @@ def encode_sow_records(outer: Mapping[str, Any], records: Sequence[tuple[str, st
     return _frame(b"", b"".join(parts))
 
 
-def encode_sow_parts(outer: Mapping[str, Any] | bytes, parts: Sequence[Buffer]) -> bytes:
+def encode_sow_parts(outer: Mapping[str, object] | bytes, parts: Sequence[Buffer]) -> bytes:
     """Encode a ``sow`` frame whose records are already encoded: inner header, data, inner header, data...
 
     For query results formatted by :class:`broker.sow.record.WireRecords` (in a worker thread, straight from
