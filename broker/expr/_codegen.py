@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from broker.errors import FilterError
 from broker.expr import _values as V
@@ -215,7 +215,7 @@ def _is_number(subject: str, name: str) -> str:
     return f"({subject}.__class__ is int or {name}.__class__ is float)"
 
 
-def _finite_number(value: Any) -> bool:
+def _finite_number(value: object) -> TypeGuard[int | float]:
     return value.__class__ is int or (value.__class__ is float and math.isfinite(value))
 
 
@@ -438,8 +438,8 @@ class CodeGen:
             return f"(({t} / {c}) if ({t} := {self.value(left)}).__class__ is float else {helper}({t}, {c}))"
         if isinstance(right, Const) and isinstance(left, Const):
             return None  # folded already; whatever is left (NULL, a string) takes the helper
-        if isinstance(right, Const) or isinstance(left, Const):
-            const, other = (right, left) if isinstance(right, Const) else (left, right)
+        const, other = (right, left) if isinstance(right, Const) else (left, right)
+        if isinstance(const, Const):
             if not _finite_number(const.value):
                 return None
             t, c = self.temp(), self.bind(const.value)

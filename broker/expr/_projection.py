@@ -240,7 +240,7 @@ def _replace_aggregates(node: Node, found: list[tuple[str, str, Node]], text: st
         found.append((slot, node.spec.name, arg))
         return Field(node.column, slot)
     changes: dict[str, Any] = {}
-    for f in dataclasses.fields(node):  # type: ignore[arg-type]
+    for f in dataclasses.fields(node):
         value = getattr(node, f.name)
         if isinstance(value, Node):
             new = _replace_aggregates(value, found, text, inside, offset)
@@ -250,7 +250,7 @@ def _replace_aggregates(node: Node, found: list[tuple[str, str, Node]], text: st
             items = tuple(_replace_aggregates(v, found, text, inside, offset) for v in value)
             if any(a is not b for a, b in zip(items, value, strict=True)):
                 changes[f.name] = items
-    return dataclasses.replace(node, **changes) if changes else node  # type: ignore[type-var]
+    return dataclasses.replace(node, **changes) if changes else node
 
 
 def compile_aggregation(grouping: str | None, projection: str | None) -> Aggregation:

@@ -10,7 +10,7 @@ are listed in ``docs/filters.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import re2
 from re2 import _re2
@@ -93,7 +93,7 @@ class Regex:
             raise LikeRegexError(_explain(pattern, compiled.error(), kind))
         self._re = compiled
         self.cost += 1024 + 64 * compiled.ProgramSize()
-        match = compiled.Match
+        match: Callable[[object, bytes, int, int], Sequence[tuple[int, int]]] = compiled.Match
 
         def search(text: str) -> bool:
             data = text.encode("utf-8", "surrogatepass")
@@ -119,7 +119,7 @@ def _literal_search(pattern: str) -> Callable[[str], bool] | None:
     if not (starts or ends) or not _plain(body):
         return None
     if starts and ends:
-        return body.__eq__  # type: ignore[return-value]
+        return body.__eq__
     return (lambda t: t.startswith(body)) if starts else (lambda t: t.endswith(body))
 
 

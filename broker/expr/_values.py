@@ -64,7 +64,8 @@ def to_number(value: Any) -> int | float | None:
     value = scalar(value)
     cls = value.__class__
     if cls is int or cls is float:
-        return value
+        number: int | float = value  # annotated, not cast: no call on the filter's path
+        return number
     if cls is bool:
         return int(value)
     if cls is str:
@@ -77,7 +78,8 @@ def to_text(value: Any) -> str | None:
     value = scalar(value)
     cls = value.__class__
     if cls is str:
-        return value
+        text: str = value
+        return text
     if cls is bool:
         return "true" if value else "false"
     if cls is int:
@@ -101,11 +103,14 @@ def truth(value: Any) -> Pred:
     value = scalar(value)
     cls = value.__class__
     if cls is bool:
-        return value
+        flag: bool = value
+        return flag
     if cls is int:
-        return value != 0
+        integer: int = value
+        return integer != 0
     if cls is float:
-        return None if value != value else value != 0
+        real: float = value
+        return None if real != real else real != 0
     if cls is str:
         low = value.lower()
         if low == "true":
@@ -144,7 +149,8 @@ def compare(a: Any, b: Any) -> int | None:
             if word is not None:
                 a, ca = word, int
     if ca is str and cb is str:
-        return (a > b) - (a < b)
+        order: int = (a > b) - (a < b)
+        return order
     if ca is str:
         a = str_to_number(a)
         if a is None:
@@ -155,7 +161,8 @@ def compare(a: Any, b: Any) -> int | None:
             return -1
     if a != a or b != b:
         return None  # NaN is unordered
-    return (a > b) - (a < b)
+    order = (a > b) - (a < b)
+    return order
 
 
 def any3(results: Iterable[Pred]) -> Pred:
