@@ -84,7 +84,8 @@ class PathStep(NamedTuple):
     """
 
     name: str
-    index: int | None = None
+    # The public name since the first release; it shadows tuple.index(), which no caller uses on a step.
+    index: int | None = None  # type: ignore[assignment]
     attribute: bool = False
 
 

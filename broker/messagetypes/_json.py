@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -36,10 +36,12 @@ from broker.messagetypes._base import (
 _UNPARSED: Any = object()
 #: The compiled keyed parse (:func:`broker.speedups.jsonbody.parse_object`) when built: the usual JSON object
 #: body in one call; it answers ``None`` for anything else, which the code below decides.
-_parse_object = _jsonbody.parse_object if (_jsonbody := speedups.load("jsonbody")) is not None else None
+_parse_object: Callable[[bytes, int, type[JsonMessage]], JsonMessage | None] | None = (
+    _jsonbody.parse_object if (_jsonbody := speedups.load("jsonbody")) is not None else None)
 #: The compiled usual case of :meth:`JsonMessageType.lazy` (:func:`broker.speedups.jsonbody.lazy_message`, twin
 #: of :func:`_lazy_python`) when built: a body with no more brackets than the bound, wrapped in one call.
-_lazy_message = _jsonbody.lazy_message if _jsonbody is not None else None
+_lazy_message: Callable[[bytes, int, type[JsonMessage]], JsonMessage | None] | None = (
+    _jsonbody.lazy_message if _jsonbody is not None else None)
 
 #: A JSON string literal (escapes included); linear: the two repeated parts cannot match the same text.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)

@@ -102,9 +102,10 @@ def _local_name(tag: Any) -> str | None:
 
 
 def _attribute(element: etree._Element, name: str) -> str | None:
-    value = element.get(name)
+    value: str | None = element.get(name)
     if value is not None:
         return value
+    val: str
     for key, val in element.attrib.items():
         if _local_name(key) == name:
             return val
@@ -315,7 +316,8 @@ class XmlMessageType(MessageType):
         if root.tag != upd.tag:
             return delta
         _merge(root, upd)
-        return etree.tostring(root, encoding="utf-8")
+        merged: bytes = etree.tostring(root, encoding="utf-8")
+        return merged
 
     def diff(self, old: bytes, new: bytes, keep: Sequence[str] = ()) -> bytes:
         """The changed elements and attributes of ``new`` plus the ``keep`` paths, under the root.
@@ -330,4 +332,5 @@ class XmlMessageType(MessageType):
         tree = keep_tree(keep).get(_local_name(after.tag) or "", {})
         if tree is LEAF:
             return new
-        return etree.tostring(_diff(before, after, tree), encoding="utf-8")
+        changed: bytes = etree.tostring(_diff(before, after, tree), encoding="utf-8")
+        return changed

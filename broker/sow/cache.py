@@ -181,7 +181,8 @@ class CachedStorage(Storage):
         if value is not _MISS:
             self.hits += 1
             lru.move_to_end(key)
-            return value
+            held: bytes | None = value
+            return held
         self.misses += 1
         if self.complete:  # every record is held: this key has none
             self.absent_known += 1
@@ -206,8 +207,9 @@ class CachedStorage(Storage):
             get = self._lru.get
             known: dict[bytes, bool] | None = {k: get(k) is not None for k, _v in put_list}
         else:
-            known = self._existing([k for k, _v in put_list] + delete_list if delete_list else
-                                   [k for k, _v in put_list])
+            keys = [k for k, _v in put_list]
+            keys.extend(delete_list)
+            known = self._existing(keys)
         try:
             if known is None:
                 self.inner.write(put_list, delete_list)

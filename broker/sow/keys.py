@@ -15,6 +15,9 @@ from typing import Any
 
 from broker.errors import KeyGenerationError
 
+#: What :meth:`KeyGenerator.top_level_recipe` declares: ``(domain prefix, top-level field names)``.
+KeyRecipe = tuple[bytes, tuple[str, ...]]
+
 
 @dataclass(frozen=True)
 class KeySpec:
@@ -54,18 +57,25 @@ class KeyGenerator(abc.ABC):
             broker.errors.KeyGenerationError: the message lacks a key field or has an unusable value.
         """
 
+    def top_level_recipe(self) -> KeyRecipe | None:
+        """An optional capability: ``(domain prefix, top-level names)`` when the key of a JSON object is made
+        from its top-level entries of those names by :func:`broker.speedups.publish.keyed_scan`, the same key as
+        :meth:`generate` (the engine's compiled *keyed* publish path, :mod:`broker.engine.publish`). ``None``,
+        the default: a generator that does not declare it is always called through :meth:`generate`."""
+        return None
+
 
 _BASE64_CHARS = re.compile(r"[A-Za-z0-9+/=]+")
 
 
-def validate_user_key(key: str, *, topic: str = "") -> str:
+def validate_user_key(key: str | None, *, topic: str = "") -> str:
     """Check a publisher-supplied ``SowKey`` and return it unchanged.
 
     AMPS requires user-generated keys to use only Base64 characters and keeps the original value: it is
     what the ``k`` header carries back and what ``sow_keys`` in later commands are compared with.
 
     Args:
-        key: The ``SowKey`` header of a publish.
+        key: The ``SowKey`` header of a publish (``None``: it had none).
         topic: The topic, for the error message.
 
     Returns:

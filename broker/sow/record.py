@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +22,11 @@ _publish = speedups.load("publish")
 #: The compiled stored value (:func:`broker.speedups.publish.record_value`; ``None`` when not built): a record's
 #: stored value, or ``None`` when :meth:`SowRecord.encode`'s Python code must decide. Callers that encode many
 #: records call it directly.
-record_value = _publish.record_value if _publish is not None else None
+record_value: Callable[[SowRecord], bytes | None] | None = (
+    _publish.record_value if _publish is not None else None)
 #: The compiled record decode (:func:`broker.speedups.publish.record_from_value`), or ``None``.
-_record_from_value = _publish.record_from_value if _publish is not None else None
+_record_from_value: Callable[[type[SowRecord], str, bytes, bytes | None], SowRecord | None] | None = (
+    _publish.record_from_value if _publish is not None else None)
 _HEAD = struct.Struct("<QQQHH")
 #: The fixed header of a stored value, for scans that unpack it inline (:meth:`QueryPlan.rows`).
 RECORD_HEAD = _HEAD
@@ -111,12 +113,14 @@ class SowRecord:
     @staticmethod
     def peek_sequence(value: bytes) -> int:
         """The journal ``sequence`` of a stored value without decoding the rest (start-up recovery)."""
-        return _HEAD.unpack_from(value)[1]
+        sequence: int = _HEAD.unpack_from(value)[1]
+        return sequence
 
     @staticmethod
     def peek_expiry(value: bytes) -> int:
         """The ``expire_at_ns`` of a stored value without decoding the rest."""
-        return _HEAD.unpack_from(value)[2]
+        expire_at_ns: int = _HEAD.unpack_from(value)[2]
+        return expire_at_ns
 
 
 #: Bytes a JSON string cannot hold raw, besides the quote (counted instead): a key, bookmark or correlation id

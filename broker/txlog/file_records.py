@@ -33,7 +33,7 @@ def open_journal_file(path: str | os.PathLike[str]) -> BinaryIO:
     """
     raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     if str(path).endswith(COMPRESSED_SUFFIX):
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
     return raw
 
 

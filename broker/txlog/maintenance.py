@@ -183,7 +183,7 @@ def archive_file(path: str | os.PathLike[str], archive_directory: str | os.PathL
 
             def copy(fin: BinaryIO, fout: BinaryIO) -> None:
                 reader.append(_CrcReader(fin))
-                shutil.copyfileobj(reader[0], fout, CHUNK)  # type: ignore[arg-type]
+                shutil.copyfileobj(reader[0], fout, CHUNK)
 
             replace_with_copy(src, dest, copy)
             if not src.name.endswith(COMPRESSED_SUFFIX):  # a compressed file's summary CRC is of its content
@@ -221,7 +221,9 @@ def compress_file(
 
     def compress(fin: BinaryIO, fout: BinaryIO) -> None:
         reader.append(_CrcReader(fin))
-        cctx.copy_stream(reader[0], fout, size=os.fstat(fin.fileno()).st_size, read_size=CHUNK, write_size=CHUNK)
+        # zstandard's stubs ask for IO[bytes]; copy_stream only calls read(), all _CrcReader has.
+        cctx.copy_stream(reader[0], fout, size=os.fstat(fin.fileno()).st_size,  # type: ignore[arg-type]
+                         read_size=CHUNK, write_size=CHUNK)
 
     try:
         replace_with_copy(src, dest, compress)

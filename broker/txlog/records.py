@@ -36,6 +36,7 @@ before the CRC is checked. A zero ``length`` is never written; readers treat it 
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -260,6 +261,7 @@ def record_length(header: bytes | memoryview, offset: int = 0) -> int:
     """
     if len(header) < MIN_HEADER_SIZE:
         raise CorruptRecord(offset, f"only {len(header)} of {MIN_HEADER_SIZE} header bytes", truncated=True)
+    length: int
     (length, _crc, _seq, _ts, _ph, _ps, cmd, version, tlen, klen, mlen, _r1, clen, _r2, dlen) = _HEADER.unpack_from(
         header
     )
@@ -276,11 +278,11 @@ def record_length(header: bytes | memoryview, offset: int = 0) -> int:
 _COMMANDS = {int(c): c for c in Command}
 
 
-def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[Record, int]:
+def decode(buf: bytes | bytearray | memoryview | mmap.mmap, offset: int = 0) -> tuple[Record, int]:
     """Decode the record starting at ``offset`` in ``buf``.
 
     Args:
-        buf: Bytes holding one or more records.
+        buf: Bytes holding one or more records (a journal file's mmap too: :mod:`broker.txlog.damage`).
         offset: Where the record starts.
 
     Returns:
@@ -317,7 +319,7 @@ def decode_exact(rec: bytes, offset: int = 0) -> Record:
 #: lookup is cheaper than decoding UTF-8 for every record. Cleared when it reaches :data:`_TEXTS_MAX`.
 _TEXTS: dict[bytes, str] = {}
 _TEXTS_MAX = 4096
-_crc_value = google_crc32c.value
+_crc_value: Callable[[bytes], int] = google_crc32c.value
 _crc_extend = google_crc32c.extend
 _new_record = tuple.__new__
 

@@ -403,3 +403,13 @@ def test_a_batch_of_publishes_that_is_not_bytes_writes_nothing(tmp_path: Path) -
     inner.write_puts([(b"c", b"4")], 1)
     assert list(inner.scan()) == [(b"a", b"3"), (b"b", b"2"), (b"c", b"4")] and inner.count() == 3
     inner.close()
+
+
+def test_deletes_given_as_a_tuple_write_through() -> None:
+    """``write()`` takes any iterable of deletes: a tuple beside puts, once the cache no longer holds every
+    record, deletes the key and writes the put (it used to add a list and a tuple: TypeError)."""
+    cached = CachedStorage(MemoryStorage(StorageSpec(topic="t")))
+    cached.write(puts=[(b"a", b"1"), (b"b", b"2")])
+    cached.complete = False
+    cached.write(puts=[(b"c", b"3")], deletes=(b"a",))
+    assert (cached.get(b"a"), cached.get(b"b"), cached.get(b"c")) == (None, b"2", b"3")
