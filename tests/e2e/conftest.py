@@ -83,6 +83,15 @@ def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory(sow=SOW_ORDERS)
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker like ``broker`` (a LevelDB SOW topic ``orders`` keyed on /id) for a module's tests that need
+    no fresh one: tests on it use their own topics (or only get refusals) and read no broker-wide counter, so
+    they pass in any order. Each xdist worker running tests of the module starts its own."""
+    with BrokerProcess.from_xml(tmp_path_factory.mktemp("shared-broker"), sow=SOW_ORDERS) as proc:
+        yield proc
+
+
 @pytest.fixture
 def client_factory() -> Iterator[Callable[..., object]]:
     """Connected, logged-on official AMPS clients; disconnected at the end."""

@@ -128,9 +128,9 @@ def _refused(client: Any, cmd: Any) -> Exception:
 
 
 @pytest.mark.parametrize(("command", "cell"), _refused_rows())
-def test_every_refused_row_raises_naming_it(broker: Any, client_factory: Callable[..., Any], command: str,
+def test_every_refused_row_raises_naming_it(shared_broker: Any, client_factory: Callable[..., Any], command: str,
                                             cell: str) -> None:
-    client = client_factory(broker.uri)
+    client = client_factory(shared_broker.uri)
     cmd = _command(command)
     if cell.startswith("o: "):
         options = cell[3:].split(" ", 1)[0]
@@ -144,25 +144,25 @@ def test_every_refused_row_raises_naming_it(broker: Any, client_factory: Callabl
         assert f"header field {cell.partition(':')[0]} is not supported by {command}" in str(exc), str(exc)
     else:  # a field the official client cannot set: raw frames
         key, _, value = cell.partition(": ")
-        reason = _raw_refusal(broker.port, command, key, value)
+        reason = _raw_refusal(shared_broker.port, command, key, value)
         assert reason.startswith(f"header field {key} is not supported by {command}"), reason
     # The connection carries on: a plain command works after the refusal.
     assert client.subscribe(lambda m: None, "orders", None, "", TIMEOUT_MS)
 
 
 @pytest.mark.parametrize("topic", [cell for cell, _status in TOPICS])
-def test_every_amps_event_topic_is_refused_by_every_command(broker: Any, client_factory: Callable[..., Any],
+def test_every_amps_event_topic_is_refused_by_every_command(shared_broker: Any, client_factory: Callable[..., Any],
                                                             topic: str) -> None:
-    client = client_factory(broker.uri)
+    client = client_factory(shared_broker.uri)
     for command in COMMANDS:
         exc = _refused(client, _command(command, topic))
         assert isinstance(exc, AMPS.InvalidTopicException), (command, exc)
         assert topic in str(exc), (command, str(exc))
 
 
-def test_the_testers_cases(broker: Any, client_factory: Callable[..., Any]) -> None:
+def test_the_testers_cases(shared_broker: Any, client_factory: Callable[..., Any]) -> None:
     # Issue 33: each of these was accepted and ignored.
-    client = client_factory(broker.uri)
+    client = client_factory(shared_broker.uri)
     with pytest.raises(AMPS.InvalidOptionsException, match="conflation=1s"):
         client.subscribe(lambda m: None, "orders", None, "conflation=1s", TIMEOUT_MS)
     with pytest.raises(AMPS.InvalidOptionsException, match=re.escape("select=[-/qty]")):

@@ -53,6 +53,13 @@ def raw_logon(port: int, name: str = "raw") -> socket.socket:
     return sock
 
 
+@pytest.fixture
+def broker(shared_broker: BrokerProcess) -> BrokerProcess:
+    """The module's broker: these tests use their own topics and client names (those restarting a broker or
+    changing its config start their own)."""
+    return shared_broker
+
+
 def test_logon_reports_server_version(broker: BrokerProcess, client_factory) -> None:
     client = client_factory(broker.uri)
     assert client.get_server_version() == 5030400
@@ -120,11 +127,11 @@ def test_unsubscribe_all(broker, client_factory, make_collector) -> None:
     sub.subscribe(got, "b")
     sub.unsubscribe()  # every subscription
     sentinel = make_collector()
-    sub.subscribe(sentinel, "sentinel")
+    sub.subscribe(sentinel, "sentinel-all")
     sub.publish_flush(5000)
     pub.publish("a", "{}")
     pub.publish("b", "{}")
-    pub.publish("sentinel", "{}")  # after the unwanted messages: once it is here, they would be too
+    pub.publish("sentinel-all", "{}")  # after the unwanted messages: once it is here, they would be too
     pub.publish_flush(5000)
     assert sentinel.wait_for(1) and sentinel.data() == ["{}"]
     assert got.data() == []
