@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import AMPS
@@ -22,6 +24,7 @@ TXLOG = """
 <JournalSize>1MB</JournalSize>
 <FlushInterval>10ms</FlushInterval>
 <Topic><Name>events</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>^events\\..*</Name><MessageType>json</MessageType></Topic>
 <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
 <Topic><Name>^logged\\..*</Name><MessageType>json</MessageType></Topic>
 """
@@ -31,7 +34,22 @@ SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
 
 @pytest.fixture
 def logged(broker_factory) -> BrokerProcess:
+    """A broker of its own, for the tests that restart or kill it."""
     return broker_factory(sow=SOW, transaction_log=TXLOG)
+
+
+@pytest.fixture(scope="module")
+def shared_logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """The module's broker for the tests that neither restart nor kill it: each replays only its own topic
+    (``events``), so what the others journaled is not in its replay."""
+    with BrokerProcess.from_xml(tmp_path_factory.mktemp("logged"), sow=SOW, transaction_log=TXLOG) as proc:
+        yield proc
+
+
+@pytest.fixture
+def events(request: pytest.FixtureRequest) -> str:
+    """This test's own journaled topic: ``events.<test name>``."""
+    return "events." + re.sub(r"\W", "_", request.node.name)
 
 
 def replay(client, topic: str, bookmark: str, *, options: str | None = None, filter: str | None = None,
@@ -68,14 +86,14 @@ def publish_numbered(client, topic: str, start: int, stop: int) -> None:
     client.publish_flush(5000)
 
 
-def test_replay_from_epoch_then_completed_then_live(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 20)
-    got = replay(sub, "events", "0", expect=20, make_collector=make_collector)
+def test_replay_from_epoch_then_completed_then_live(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 20)
+    got = replay(sub, events, "0", expect=20, make_collector=make_collector)
     kinds = [(m["command"], m["ack_type"]) for m in got.messages]
     completed = kinds.index(("ack", "completed"))
     assert kinds[:completed] == [("publish", "")] * 20  # every replayed message before the completed ack
-    publish_numbered(pub, "events", 20, 25)
+    publish_numbered(pub, events, 20, 25)
     got.wait_for(25, command="publish")
     assert numbers(got) == list(range(25))
     bms = [m["bookmark"] for m in got.messages if m["command"] == "publish"]
@@ -83,51 +101,52 @@ def test_replay_from_epoch_then_completed_then_live(logged, client_factory, make
     assert seqs == sorted(seqs) and len(set(seqs)) == 25 and all(b.split("|")[0] != "0" for b in bms)
 
 
-def test_replay_from_now_is_live_only(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 5)
-    got = replay(sub, "events", "0|1|", expect=0, make_collector=make_collector)
-    publish_numbered(pub, "events", 5, 8)
+def test_replay_from_now_is_live_only(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 5)
+    got = replay(sub, events, "0|1|", expect=0, make_collector=make_collector)
+    publish_numbered(pub, events, 5, 8)
     got.wait_for(3, command="publish")
     assert numbers(got) == [5, 6, 7]
 
 
-def test_replay_after_a_bookmark(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 10)
-    first = replay(sub, "events", "0", expect=10, make_collector=make_collector)
+def test_replay_after_a_bookmark(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 10)
+    first = replay(sub, events, "0", expect=10, make_collector=make_collector)
     bm5 = [m["bookmark"] for m in first.messages if m["command"] == "publish"][4]
-    other = client_factory(logged.uri)
-    got = replay(other, "events", bm5, expect=5, make_collector=make_collector)
+    other = client_factory(shared_logged.uri)
+    got = replay(other, events, bm5, expect=5, make_collector=make_collector)
     wait_completed(got)
     assert numbers(got) == [5, 6, 7, 8, 9]
 
 
 @pytest.mark.parametrize("suffix", ["Z", "", ".000000Z"])
-def test_replay_from_a_timestamp(logged, client_factory, make_collector, suffix) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 5)
+def test_replay_from_a_timestamp(shared_logged, events, client_factory, make_collector, suffix) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 5)
     time.sleep(1.1)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + suffix
     time.sleep(1.1)
-    publish_numbered(pub, "events", 5, 9)
-    got = replay(sub, "events", stamp, expect=4, make_collector=make_collector)
+    publish_numbered(pub, events, 5, 9)
+    got = replay(sub, events, stamp, expect=4, make_collector=make_collector)
     wait_completed(got)
     assert numbers(got) == [5, 6, 7, 8]
 
 
-def test_replay_from_a_list_starts_at_the_oldest(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 10)
-    first = replay(sub, "events", "0", expect=10, make_collector=make_collector)
+def test_replay_from_a_list_starts_at_the_oldest(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 10)
+    first = replay(sub, events, "0", expect=10, make_collector=make_collector)
     bms = [m["bookmark"] for m in first.messages if m["command"] == "publish"]
-    got = replay(client_factory(logged.uri), "events", f"{bms[7]},{bms[2]}", expect=7, make_collector=make_collector)
+    got = replay(client_factory(shared_logged.uri), events, f"{bms[7]},{bms[2]}", expect=7,
+                 make_collector=make_collector)
     wait_completed(got)
     assert numbers(got) == list(range(3, 10))
 
 
-def test_replay_with_filter_and_regex_topic(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
+def test_replay_with_filter_and_regex_topic(shared_logged, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
     for i in range(10):
         pub.publish("logged.a" if i % 2 else "logged.b", json.dumps({"n": i}))
     pub.publish("unlogged.c", json.dumps({"n": 100}))
@@ -137,22 +156,22 @@ def test_replay_with_filter_and_regex_topic(logged, client_factory, make_collect
     assert numbers(got) == [4, 5, 6, 7, 8, 9]  # only logged topics are replayed
 
 
-def test_live_cut_over_has_no_gap_and_no_duplicate(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 2000)
+def test_live_cut_over_has_no_gap_and_no_duplicate(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 2000)
     stop = threading.Event()
     count = [2000]
 
     def storm() -> None:
         while not stop.is_set() and count[0] < 20000:
-            pub.publish("events", json.dumps({"n": count[0]}))
+            pub.publish(events, json.dumps({"n": count[0]}))
             count[0] += 1
 
     t = threading.Thread(target=storm)
     t.start()
     try:
         time.sleep(0.05)
-        got = replay(sub, "events", "0", expect=2000, make_collector=make_collector)
+        got = replay(sub, events, "0", expect=2000, make_collector=make_collector)
         time.sleep(0.3)
     finally:
         stop.set()
@@ -162,38 +181,38 @@ def test_live_cut_over_has_no_gap_and_no_duplicate(logged, client_factory, make_
     assert numbers(got) == list(range(count[0]))
 
 
-def test_bookmark_subscribe_to_unlogged_topic_is_an_error(logged, client_factory) -> None:
-    sub = client_factory(logged.uri)
+def test_bookmark_subscribe_to_unlogged_topic_is_an_error(shared_logged, client_factory) -> None:
+    sub = client_factory(shared_logged.uri)
     with pytest.raises(AMPS.InvalidTopicException):
         sub.bookmark_subscribe(lambda m: None, "not-logged", "0", timeout=5000)
 
 
-def test_invalid_bookmark_is_an_error(logged, client_factory) -> None:
-    sub = client_factory(logged.uri)
+def test_invalid_bookmark_is_an_error(shared_logged, events, client_factory) -> None:
+    sub = client_factory(shared_logged.uri)
     with pytest.raises(AMPS.InvalidBookmarkException):
-        sub.bookmark_subscribe(lambda m: None, "events", "2024-01-01 garbage", timeout=5000)
+        sub.bookmark_subscribe(lambda m: None, events, "2024-01-01 garbage", timeout=5000)
 
 
-def test_replay_rate_limits_delivery(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 60)
+def test_replay_rate_limits_delivery(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 60)
     started = time.monotonic()
-    got = replay(sub, "events", "0", options="rate=100", expect=60, make_collector=make_collector)
+    got = replay(sub, events, "0", options="rate=100", expect=60, make_collector=make_collector)
     took = time.monotonic() - started
     assert numbers(got) == list(range(60))
     assert took >= 0.45  # 60 messages at 100/s cannot arrive in under ~0.6 s
 
 
-def test_pause_and_resume(logged, client_factory, make_collector) -> None:
-    pub, sub = client_factory(logged.uri), client_factory(logged.uri)
-    publish_numbered(pub, "events", 0, 10)
+def test_pause_and_resume(shared_logged, events, client_factory, make_collector) -> None:
+    pub, sub = client_factory(shared_logged.uri), client_factory(shared_logged.uri)
+    publish_numbered(pub, events, 0, 10)
     got = make_collector()
-    sub.bookmark_subscribe(got, "events", "0", sub_id="paused-sub", options="pause", timeout=5000)
+    sub.bookmark_subscribe(got, events, "0", sub_id="paused-sub", options="pause", timeout=5000)
     sentinel = make_collector()  # a replay on the same connection, placed after the paused one, completes:
-    replay(sub, "events", "0", expect=10, make_collector=lambda: sentinel)  # the paused one would have sent
+    replay(sub, events, "0", expect=10, make_collector=lambda: sentinel)  # the paused one would have sent
     wait_completed(sentinel)  # its messages by now
     assert got.data() == []
-    sub.bookmark_subscribe(got, "events", "0", sub_id="paused-sub", options="resume", timeout=5000)
+    sub.bookmark_subscribe(got, events, "0", sub_id="paused-sub", options="resume", timeout=5000)
     got.wait_for(10, command="publish")
     assert numbers(got) == list(range(10))
 
