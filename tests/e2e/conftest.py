@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -90,6 +91,13 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     they pass in any order. Each xdist worker running tests of the module starts its own."""
     with BrokerProcess.from_xml(tmp_path_factory.mktemp("shared-broker"), sow=SOW_ORDERS) as proc:
         yield proc
+
+
+@pytest.fixture
+def own_topic(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses (``t-<test name>``): what a test on a shared broker publishes there
+    reaches no other test's subscription."""
+    return "t-" + re.sub(r"\W", "_", request.node.name)
 
 
 @pytest.fixture
