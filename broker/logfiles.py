@@ -119,7 +119,7 @@ class _Levels(logging.Filter):
         return record.levelno >= self.lowest or record.levelno in self.extra
 
 
-class MaskedFileHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class MaskedFileHandler(logging.StreamHandler):
     """A file target: appends to the file its mask names, reopened on :meth:`reopen`.
 
     Args:

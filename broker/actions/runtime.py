@@ -421,7 +421,7 @@ class ActionRuntime:
                              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         status = StartedFlag(task_status)
         try:
-            await trigger.obj.serve(action.fire, self.host, task_status=status)  # type: ignore[arg-type]
+            await trigger.obj.serve(action.fire, self.host, task_status=status)
         except Exception as exc:
             causes = _leaves(exc)
             why = "; ".join(describe(e) for e in causes)
@@ -470,9 +470,9 @@ class ActionRuntime:
             action.running_since = None
             action.last_duration = trio.current_time() - began
             action.outcomes = _counted(action.outcomes, outcome)
-        result = RunResult(action.name, outcome, tuple(results), action.last_duration)
+        run = RunResult(action.name, outcome, tuple(results), action.last_duration)
         if outcome == "success":
-            self.log.info("%s", result.summary())
+            self.log.info("%s", run.summary())
         else:
-            self.log.log(logging.DEBUG if outcome == "skipped" else logging.WARNING, "%s", result.summary())
-        return result
+            self.log.log(logging.DEBUG if outcome == "skipped" else logging.WARNING, "%s", run.summary())
+        return run

@@ -52,6 +52,7 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import CollectorRegistry, RestrictedRegistry
 
 from broker.admin.amps_tree import AmpsTreeBuilder, select
 from broker.admin.console import ConsoleView, history_points
@@ -421,10 +422,9 @@ class AdminApp:
 
     async def _metrics(self, send: Send, method: str, headers: dict[str, str], query: bytes) -> None:
         encoder, content_type = choose_encoder(headers.get("accept", ""))
-        registry = self.registry
         names = parse_qs(query.decode("latin-1")).get("name[]")
-        if names:
-            registry = registry.restricted_registry(names)
+        registry: CollectorRegistry | RestrictedRegistry = (
+            self.registry.restricted_registry(names) if names else self.registry)
         gzipped = gzip_accepted(headers.get("accept-encoding", ""))
         try:
             sample, body = await self._body(

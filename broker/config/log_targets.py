@@ -37,6 +37,7 @@ TOKEN = re.compile(r"%(.?)", re.DOTALL)
 
 _SERVED = ("file", "stdout", "stderr")
 _NOT_SERVED = ("gzip", "syslog")
+_NO_LEVELS: tuple[str, ...] = ()
 
 
 def python_level(name: str) -> int:
@@ -106,7 +107,7 @@ def build_logging(reader: Reader, el: etree._Element | None) -> LoggingConfig | 
             file_name = None
         level_el = child(target_el, "Level")
         level = reader.value_of(target_el, "Level", _level, None)
-        levels = reader.value_of(target_el, "Levels", _levels, ())
+        levels = reader.value_of(target_el, "Levels", _levels, _NO_LEVELS)
         if (level_el is not None and level is None) or levels is None:
             continue
         targets.append(LogTargetConfig(protocol=protocol, file_name=file_name, level=level, levels=levels,

@@ -20,8 +20,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
+
+if TYPE_CHECKING:  # imported where used: `broker certs` is the one command that needs cryptography
+    from cryptography.x509 import GeneralName
 
 __all__ = ["PKI_FILES", "TestPki", "make_test_pki", "subject_hash"]
 
@@ -182,7 +186,7 @@ def subject_hash(name: object) -> str:
     return f"{int.from_bytes(digest[:4], 'little'):08x}"
 
 
-def _alt_name(host: str) -> object:
+def _alt_name(host: str) -> GeneralName:
     from cryptography import x509
 
     try:

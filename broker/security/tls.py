@@ -165,7 +165,7 @@ async def _handshake_off_loop(stream: trio.SSLStream[Any], host: str) -> None:
     """
     ssl_object = getattr(stream, "_ssl_object", None)
     incoming, outgoing = getattr(stream, "_incoming", None), getattr(stream, "_outgoing", None)
-    once = getattr(stream, "_handshook", None)
+    once: Any = getattr(stream, "_handshook", None)  # trio's private handshake latch, checked just below
     if not (isinstance(ssl_object, ssl.SSLObject) and isinstance(incoming, ssl.MemoryBIO)
             and isinstance(outgoing, ssl.MemoryBIO) and hasattr(once, "started")
             and isinstance(getattr(once, "_done", None), trio.Event)) or once.started:
@@ -194,7 +194,7 @@ async def _handshake_off_loop(stream: trio.SSLStream[Any], host: str) -> None:
             else:
                 incoming.write_eof()
     except BaseException:
-        stream._state = getattr(type(stream._state), "BROKEN", stream._state)  # type: ignore[attr-defined]
+        stream._state = getattr(type(stream._state), "BROKEN", stream._state)
         raise
     once._done.set()
 

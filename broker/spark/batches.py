@@ -28,7 +28,7 @@ from broker.txlog.bookmarks import ReplayStart
 from broker.txlog.damage import DamageCounter, DamagedRange
 from broker.txlog.errors import JournalDamageError
 from broker.txlog.reader import JournalReader
-from broker.txlog.records import Record
+from broker.txlog.records import Command, Record
 
 log = logging.getLogger("broker.spark")
 
@@ -67,7 +67,7 @@ def arrow_schema(binary: bool = False) -> pa.Schema:
     return pa.schema([(name, pa.binary() if binary and name == "data" else t) for name, _, t in COLUMNS])
 
 
-_COMMAND_NAMES = {}
+_COMMAND_NAMES: dict[Command, str] = {}
 
 
 def _text(value: bytes) -> str:

@@ -105,21 +105,20 @@ def run(args: argparse.Namespace) -> int:
     log.info("Spark %s ready in %.1f s; reading %s (relative paths from %s)", spark.version,
              time.monotonic() - started, path, workdir)
     skipped = jobs.SkippedDamage(spark) if args.skip_damaged else None
-    read = {"workdir": workdir, "skipped": skipped}
     try:
         if args.spark_command == "sow-at":
             w = jobs.write_sow_at(spark, path, args.topic, args.at, args.out, rows_per_file=args.rows_per_file,
-                                  **read)
+                                  workdir=workdir, skipped=skipped)
             print(f"sow-at {args.at}: {w.rows} rows of {args.topic} in {w.files} file(s) written to {args.out} "
                   f"in {w.seconds:.1f} s")
         elif args.spark_command == "export":
             w = jobs.write_export(spark, path, args.out, args.topic, args.start, args.end,
-                                  rows_per_file=args.rows_per_file, **read)
+                                  rows_per_file=args.rows_per_file, workdir=workdir, skipped=skipped)
             print(f"export: {w.rows} rows in {w.files} file(s), {w.partitions} date partition(s), written to "
                   f"{args.out} in {w.seconds:.1f} s")
         else:
             begun = time.monotonic()
-            rows = jobs.stats(spark, path, args.topic, **read)
+            rows = jobs.stats(spark, path, args.topic, workdir=workdir, skipped=skipped)
             _print_stats(rows)
             if args.plot:
                 jobs.plot_stats(rows, args.plot)

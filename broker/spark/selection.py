@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from broker.txlog.bookmarks import parse_bookmark
 from broker.txlog.cli import _topic_matcher as topic_matcher
@@ -82,25 +83,28 @@ class Selection:
 
     # -- narrowing by pushed filters -----------------------------------------------------------------
 
-    def narrowed(self, kind: str, column: str, value: object) -> Selection:
-        """This selection AND ``column <kind> value`` (a kind of :data:`PUSHABLE` for that column)."""
+    def narrowed(self, kind: str, column: str, value: Any) -> Selection:
+        """This selection AND ``column <kind> value`` (a kind of :data:`PUSHABLE` for that column).
+
+        ``value`` is what Spark pushed: a str, int or datetime, or for ``in`` a tuple of them.
+        """
         if column == "topic":
-            names = frozenset([value] if kind == "eq" else value)  # type: ignore[arg-type]
+            names = frozenset([value] if kind == "eq" else value)
             return replace(self, topics=names if self.topics is None else self.topics & names)
         if column == "seq":
             if kind == "in":
-                values = [int(v) for v in value]  # type: ignore[attr-defined]
+                values = [int(v) for v in value]
                 if not values:
                     return replace(self, until_sequence=0)
                 return self.narrowed("ge", "seq", min(values)).narrowed("le", "seq", max(values))
-            low, high = _bounds(kind, int(value))  # type: ignore[call-overload]
+            low, high = _bounds(kind, int(value))
             sel = self
             if low is not None:
                 sel = replace(sel, after_sequence=max(sel.after_sequence, low - 1))
             if high is not None:
                 sel = replace(sel, until_sequence=high if sel.until_sequence is None else min(sel.until_sequence, high))
             return sel
-        low, high = _bounds(kind, micros(value))  # type: ignore[arg-type]
+        low, high = _bounds(kind, micros(value))
         sel = self
         if low is not None:
             ns = low * 1000

@@ -62,6 +62,8 @@ log = logging.getLogger("broker.spark")
 
 _KINDS = {EqualTo: "eq", GreaterThan: "gt", GreaterThanOrEqual: "ge", LessThan: "lt", LessThanOrEqual: "le",
           In: "in"}
+#: The filters of :data:`_KINDS`: each has a ``value``.
+_VALUED = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In)
 
 
 @dataclass
@@ -184,9 +186,10 @@ class JournalBatchReader(DataSourceReader):
         self.selection = self.options_selection
         for f in filters:
             kind = _KINDS.get(type(f))
-            attribute = getattr(f, "attribute", ())  # Not(...) has a child filter instead
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())  # Not(...) has a child filter instead
             column = attribute[0] if len(attribute) == 1 else None
-            if kind is None or column not in PUSHABLE or kind not in PUSHABLE[column]:
+            if (kind is None or column not in PUSHABLE or kind not in PUSHABLE[column]
+                    or not isinstance(f, _VALUED)):
                 yield f  # Spark evaluates it
                 continue
             value = f.value if kind != "in" else tuple(f.value)

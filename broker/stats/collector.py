@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -187,6 +187,7 @@ METRICS: tuple[MetricSpec, ...] = (
 )  # fmt: skip
 
 _BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+_F = TypeVar("_F", bound=Metric)
 
 
 def _family(name: str) -> Metric:
@@ -202,14 +203,30 @@ def _family(name: str) -> Metric:
     return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
 
 
-def _scalar(name: str, value: float) -> Metric:
+def _family_as(name: str, kind: type[_F]) -> _F:
+    """:func:`_family` as the family class its spec declares, for that class's ``add_metric()``."""
     family = _family(name)
+    if not isinstance(family, kind):
+        raise TypeError(f"metric {name} is declared as a {type(family).__name__}, not a {kind.__name__}")
+    return family
+
+
+def _values(name: str) -> CounterMetricFamily | GaugeMetricFamily:
+    """The family of a counter or a gauge (one value per label set)."""
+    family = _family(name)
+    if not isinstance(family, CounterMetricFamily | GaugeMetricFamily):
+        raise TypeError(f"metric {name} is declared as a {type(family).__name__}, not a counter or gauge")
+    return family
+
+
+def _scalar(name: str, value: float) -> Metric:
+    family = _values(name)
     family.add_metric([], value)
     return family
 
 
 def _labelled(name: str, values: Iterable[tuple[str, float]]) -> Metric:
-    family = _family(name)
+    family = _values(name)
     for label, value in values:
         family.add_metric([label], value)
     return family
@@ -221,7 +238,7 @@ def _histogram(name: str, snapshot: HistogramSnapshot) -> Metric:
         buckets.append((floatToGoString(bound), count))
     if not buckets or not math.isinf(snapshot.buckets[-1][0]):
         buckets.append(("+Inf", snapshot.count))  # Prometheus requires the +Inf bucket
-    family = _family(name)
+    family = _family_as(name, HistogramMetricFamily)
     family.add_metric([], buckets, sum_value=snapshot.sum)
     return family
 
@@ -274,7 +291,7 @@ class BrokerCollector(Collector):
         instance = snap.instance
         counters = snap.counters
 
-        info = _family("broker_instance_info")
+        info = _family_as("broker_instance_info", InfoMetricFamily)
         info.add_metric([], {"name": instance.name, "version": instance.version})
         yield info
         yield _scalar("broker_uptime_seconds", max(0.0, self._clock() - instance.start_time))
@@ -345,7 +362,7 @@ class BrokerCollector(Collector):
 
 def _action_families(actions: Mapping[str, ActionStats]) -> Iterator[Metric]:
     ordered = sorted(actions.items())
-    runs = _family("broker_action_runs_total")
+    runs = _values("broker_action_runs_total")
     for name, a in ordered:
         for outcome, count in counts(a.outcomes):
             runs.add_metric([name, outcome], count)

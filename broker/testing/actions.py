@@ -413,6 +413,6 @@ class TriggerConformance(_ModuleConformance):
 async def _serve_trigger(trigger: Trigger, fire: Callable[[Mapping[str, str]], Awaitable[RunResult]], host: Any,
                          *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     status = StartedFlag(task_status)  # as the runtime serves it: a trigger may return without waiting
-    await trigger.serve(fire, host, task_status=status)  # type: ignore[arg-type]
+    await trigger.serve(fire, host, task_status=status)
     if not status.started_:
         status.started()

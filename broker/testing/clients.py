@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.protocol import CLOSED, NEED_DATA, Connection
+from broker.protocol import CLOSED, NEED_DATA, Connection, Frame
 from broker.txlog.bookmarks import client_name_hash
 
 
@@ -54,6 +54,8 @@ class RecordingClient:
         self.messages_out += messages
         self._conn.receive_data(frame if type(frame) is bytes else bytes(frame))  # a LargeFrame's parts, joined
         while (event := self._conn.next_event()) is not NEED_DATA and event is not CLOSED:
+            if not isinstance(event, Frame):  # a LargeFrame: not made here (no large_frames=True), joined if it were
+                event = event.join()
             header = dict(event.header.fields())
             reason = header.get("reason")
             self.record(Delivered(str(header.get("command", "")), str(header.get("topic", "")),

@@ -128,7 +128,7 @@ class WsClient:
         while True:
             event = self._next_event(timeout)
             if isinstance(event, CloseConnection):
-                raise WsClosed(event.code, event.reason)
+                raise WsClosed(event.code, event.reason or "")
             if isinstance(event, Message):
                 parts.append(event.data)
                 if event.message_finished:
