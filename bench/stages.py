@@ -49,7 +49,8 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "storage write (SOW upsert)": (("broker/sow/topic.py", "upsert"), ("broker/sow/topic.py", "upsert_many")),
     # Engine._deliver_run (the batched path: a run's deliveries, _fan_out per message or the plain targets
     # worked out once) contains _fan_out; before it, _fan_out was the stage.
-    "fan-out (match + queue delivery)": (("broker/engine/fanout.py", "_deliver_run"), ("broker/engine/engine.py", "_deliver_run")),
+    "fan-out (match + queue delivery)": (("broker/engine/fanout.py", "deliver_run"), ("broker/engine/fanout.py", "_deliver_run"),
+                                         ("broker/engine/engine.py", "_deliver_run")),
     # The batch path queues one persisted ack per batch (_persisted_ack, which calls after_durable); the syncer
     # sends it (ack). The "before" table (per-message path) summed ack and after_durable.
     "ack (persisted ack queued)": (("broker/server/session.py", "ack"), ("broker/server/session.py", "_persisted_ack"),

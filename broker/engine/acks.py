@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.memo import Memo
+
+if TYPE_CHECKING:
+    from broker.engine.journal import Journal
 
 ACK_TYPES = ("received", "parsed", "processed", "persisted", "completed", "stats")
 
@@ -53,8 +56,8 @@ def ack_header(request: Mapping[str, Any], ack_type: str, *, reason: str | None 
 JOURNAL_FULL_REASON = "tx store failure"
 
 
-def journal_full_detail(journal: Any) -> str:
+def journal_full_detail(journal: Journal | None) -> str:
     """Why a command on a logged topic is refused while the journal's disk is full (for the log)."""
-    where = getattr(journal, "journal_directory", "the JournalDirectory")
+    where = journal.journal_directory if journal is not None else "the JournalDirectory"
     return (f"disk full: the transaction log at {where} cannot be written; free space (the broker resumes "
             "by itself)")

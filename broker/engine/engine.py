@@ -1,8 +1,19 @@
 """The engine: applies every command in one trio task context, so each runs atomically.
 
-Publishing (:mod:`broker.engine.publish`, which the engine inherits) parses the message once, generates the
-SOW key, appends to the journal, upserts the SOW; fan-out (:mod:`broker.engine.fanout`, also inherited) delivers
-to subscriptions, with out-of-focus notices. Queries are planned here and streamed by the session. The engine
+The engine is composed of objects it owns, each holding its own state and given its collaborators when made:
+
+* :class:`~broker.engine.router.Router` (:attr:`Engine.router`): the live subscriptions, indexed for fan-out;
+* :class:`~broker.engine.publishers.Publishers` (:attr:`Engine.publishers`): each publisher's highest applied
+  ``s``, for de-duplication;
+* :class:`~broker.engine.fanout.FanOut` (:attr:`Engine.fanout`): delivery of applied messages, and of
+  out-of-focus notices for deleted and expired records;
+* :class:`~broker.engine.publish.Publishing` (:attr:`Engine.publishing`): the publish steps (parse, key,
+  journal, SOW write), which hand each applied run to the fan-out. Which of its four paths runs when: the table
+  in :mod:`broker.engine.publish`.
+
+A publish goes :meth:`Engine.publish_batch` -> :meth:`Publishing.publish_batch
+<broker.engine.publish.Publishing.publish_batch>` -> ``Publishing._publish_run`` (chooses the path) -> a
+:class:`~broker.engine.fanout.FanOut` method. Queries are planned here and streamed by the session. The engine
 never awaits: the kernel and sessions own all I/O.
 """
 
@@ -10,19 +21,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from broker.engine.counters import EngineCounters
 from broker.engine.fanout import FanOut
-from broker.engine.publish import Journal, PublishSteps
+from broker.engine.journal import Journal
+from broker.engine.publish import Publishing, PublishMessage, PublishOutcome
+from broker.engine.publishers import Publishers
 from broker.engine.queries import PAUSE_EVERY, QueryPlan, parse_options, plan_query
 from broker.engine.router import Router, Subscription
 from broker.engine.topics import GuardedTopicPattern, TopicPattern
-from broker.errors import CommandError, StorageError
+from broker.errors import BrokerError, CommandError, StorageError
 from broker.memo import Memo
 from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
+
+if TYPE_CHECKING:
+    from broker.engine.delivery import Client
+    from broker.expr import Filter, OrderBy
+    from broker.messagetypes import MessageType
+    from broker.stats.histogram import Histogram
 
 log = logging.getLogger("broker.engine")
 
@@ -34,18 +53,21 @@ FILTER_CACHE_BYTES = 64 * 1024 * 1024
 #: well under a millisecond.
 THREADED_FILTER_LENGTH = 2048
 
+#: Filter functions from plugins, by name.
+FilterFunctions = Mapping[str, Callable[..., Any]]
 
-class Engine(PublishSteps, FanOut):
+
+class Engine:
     """The broker's state: SOW topics, subscriptions, and the journal hook.
 
     Args:
         sow_topics: Configured SOW topics by name.
         message_types: Resolves a message type name to its object.
+        compile_filter: Compiles filter text with the filter functions (``broker.expr.compile_filter``).
+        compile_order_by: Compiles OrderBy text.
         filter_functions: Extra functions for content filters (from plugins).
         journal: The transaction log, or ``None``.
         is_logged: Whether a topic is recorded in the transaction log.
-        compile_filter: Compiles filter text (``broker.expr.compile_filter``).
-        compile_order_by: Compiles OrderBy text.
         stats_topics: Topics counted individually in statistics (others aggregate as ``_other``).
         latency: A :class:`broker.stats.histogram.Histogram` of publish-to-delivery latency (one
             observation per client a message is queued for), or ``None``.
@@ -55,14 +77,14 @@ class Engine(PublishSteps, FanOut):
         self,
         *,
         sow_topics: Mapping[str, SowTopic],
-        message_types: Callable[[str], Any],
-        compile_filter: Callable[..., Any],
-        compile_order_by: Callable[[str], Any],
-        filter_functions: Mapping[str, Callable[..., Any]] | None = None,
+        message_types: Callable[[str], MessageType],
+        compile_filter: Callable[[str, FilterFunctions], Filter],
+        compile_order_by: Callable[[str], OrderBy],
+        filter_functions: FilterFunctions | None = None,
         journal: Journal | None = None,
         is_logged: Callable[[str], bool] = lambda topic: False,
         stats_topics: frozenset[str] = frozenset(),
-        latency: Any = None,
+        latency: Histogram | None = None,
     ) -> None:
         self.router = Router()
         self.sow_topics = dict(sow_topics)
@@ -71,34 +93,58 @@ class Engine(PublishSteps, FanOut):
         self._compile_order_by = compile_order_by
         self._functions = dict(filter_functions or {})
         #: Filter text -> compiled filter (bounded: filters come from clients).
-        self._filter_cache: Memo[str, Any] = Memo(
+        self._filter_cache: Memo[str, Filter] = Memo(
             lambda text: self._compile_filter(text, self._functions), 10_000,
-            cost=lambda text, flt: getattr(flt, "cost", len(text)), max_cost=FILTER_CACHE_BYTES,
+            cost=lambda text, flt: flt.cost, max_cost=FILTER_CACHE_BYTES,
         )
         self.journal = journal
         self.is_logged = is_logged
         self.counters = EngineCounters()
-        self._stats_topics = stats_topics
-        self.latency = latency
-        #: Highest publish-store sequence applied per publisher name (de-duplication).
-        self.publisher_seq: dict[str, int] = {}
-        #: ``<InactiveClientAckExpiration>`` in nanoseconds: a publisher without a publish this long is
-        #: forgotten by :attr:`publisher_seq` (and starts afresh, as in AMPS); 0: never.
-        self.publisher_expiration_ns = 0
-        self._publisher_active: dict[str, int] = {}
-        self._next_publisher_sweep = 0
+        #: Each publisher's highest applied ``s`` (de-duplication).
+        self.publishers = Publishers(journal.dedup if journal is not None else None)
+        #: Delivery of applied messages and of out-of-focus notices.
+        self.fanout = FanOut(router=self.router, counters=self.counters, stats_topics=stats_topics, latency=latency)
+        #: The publish steps.
+        self.publishing = Publishing(sow_topics=self.sow_topics, journal=journal, is_logged=is_logged,
+                                     counters=self.counters, publishers=self.publishers, fanout=self.fanout)
         #: The last :meth:`expire` left due records for later (journal disk full, storage not writable).
         self.expiry_waiting = False
 
-    # -- helpers -------------------------------------------------------------------------------------
+    # -- publishing (broker.engine.publish) ----------------------------------------------------------
+    def publish(self, client: Client, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
+                max_depth: int | None = None) -> PublishOutcome:
+        """Apply one publish or delta_publish: :meth:`Publishing.publish
+        <broker.engine.publish.Publishing.publish>`."""
+        return self.publishing.publish(client, header, body, delta=delta, max_depth=max_depth)
+
+    def publish_batch(self, client: Client, messages: Sequence[PublishMessage],
+                      max_depth: int | None = None) -> list[int | BrokerError]:
+        """Apply a client's publishes in order in one engine step: :meth:`Publishing.publish_batch
+        <broker.engine.publish.Publishing.publish_batch>` (which says what each result means)."""
+        return self.publishing.publish_batch(client, messages, max_depth)
+
+    @property
+    def publisher_seq(self) -> dict[str, int]:
+        """Highest publish-store sequence applied per publisher key (:attr:`Publishers.seq
+        <broker.engine.publishers.Publishers.seq>`)."""
+        return self.publishers.seq
+
+    @property
+    def publisher_expiration_ns(self) -> int:
+        """``<InactiveClientAckExpiration>`` in nanoseconds: a publisher without a publish this long is forgotten
+        by :attr:`publisher_seq` (and starts afresh, as in AMPS); 0: never."""
+        return self.publishers.expiration_ns
+
+    @publisher_expiration_ns.setter
+    def publisher_expiration_ns(self, value: int) -> None:
+        self.publishers.expiration_ns = value
+
     def is_duplicate(self, client_name: str, seq: int) -> bool:
         """Whether a publisher's store sequence was already applied (a re-send after reconnect)."""
-        if seq <= self.publisher_seq.get(client_name, 0):
-            return True
-        dedup = getattr(self.journal, "dedup", None)
-        return dedup is not None and dedup.is_duplicate(client_name, seq)
+        return self.publishers.is_duplicate(client_name, seq)
 
-    def compile_filter(self, text: str | None) -> Any:
+    # -- filters -------------------------------------------------------------------------------------
+    def compile_filter(self, text: str | None) -> Filter | None:
         """A compiled filter (cached by text), or ``None`` for no filter."""
         if not text:
             return None
@@ -107,9 +153,9 @@ class Engine(PublishSteps, FanOut):
     def needs_compiling(self, text: str | None) -> bool:
         """Whether ``text`` is a filter long enough to compile in a worker thread (at least
         :data:`THREADED_FILTER_LENGTH` characters) and not compiled yet."""
-        return bool(text) and len(text) >= THREADED_FILTER_LENGTH and text not in self._filter_cache  # type: ignore[arg-type]
+        return text is not None and len(text) >= THREADED_FILTER_LENGTH and text not in self._filter_cache
 
-    def compile_uncached(self, text: str) -> Any:
+    def compile_uncached(self, text: str) -> Filter:
         """Compile ``text`` without the cache; thread-safe (the session runs it in a worker thread and hands
         the result to :meth:`keep_filter`).
 
@@ -118,16 +164,12 @@ class Engine(PublishSteps, FanOut):
         """
         return self._compile_filter(text, self._functions)
 
-    def keep_filter(self, text: str, compiled: Any) -> None:
+    def keep_filter(self, text: str, compiled: Filter) -> None:
         """Cache a filter compiled by :meth:`compile_uncached` (under the cache's bounds)."""
         self._filter_cache.keep(text, compiled)
 
-    def _count_topic(self, topic: str, received: int, delivered: int) -> None:
-        self.counters.count_topic(topic if topic in self._stats_topics else "_other", received, delivered)
-
-    # -- fan-out (publishing itself: broker.engine.publish) -------------------------------------------
     # -- subscriptions -------------------------------------------------------------------------------
-    def subscribe(self, client: Any, header: Mapping[str, Any], *, kind: str = "subscribe",
+    def subscribe(self, client: Client, header: Mapping[str, Any], *, kind: str = "subscribe",
                   delta: bool = False, oof: bool = False,
                   topic_guard: Callable[[str], bool] | None = None) -> Subscription:
         """Register a subscription (replacing one with the same sub_id when ``replace`` is given).
@@ -158,7 +200,7 @@ class Engine(PublishSteps, FanOut):
         self.router.add(sub)
         return sub
 
-    def unsubscribe(self, client: Any, sub_id: str | None) -> int:
+    def unsubscribe(self, client: Client, sub_id: str | None) -> int:
         """Remove one subscription, or all of the client's with ``all``; returns how many."""
         if not sub_id or sub_id == "all":
             return len(self.router.remove_client(client))
@@ -168,7 +210,7 @@ class Engine(PublishSteps, FanOut):
                 removed += 1
         return removed
 
-    def disconnect(self, client: Any) -> None:
+    def disconnect(self, client: Client) -> None:
         """Forget everything about a client that went away."""
         self.router.remove_client(client)
 
@@ -189,7 +231,7 @@ class Engine(PublishSteps, FanOut):
         pattern = TopicPattern.compile(topic_text)
         return any(pattern.matches(name) for name in self.sow_topics)
 
-    def sow_delete(self, client: Any, header: Mapping[str, Any], body: bytes) -> tuple[int, int]:
+    def sow_delete(self, client: Client, header: Mapping[str, Any], body: bytes) -> tuple[int, int]:
         """Delete by filter, by SowKeys, or by message data.
 
         Returns:
@@ -290,7 +332,7 @@ class Engine(PublishSteps, FanOut):
             for rec in removed:
                 self.journal.append("sow_delete", sow.name, b"", sow_key=rec.key,
                                     message_type=sow.message_type.name, timestamp_ns=now_ns)
-        self._send_oof(sow, removed, "deleted")
+        self.fanout.send_oof(sow, removed, "deleted")
 
     def expire(self, now_ns: int | None = None) -> int:
         """Remove expired SOW records, sending ``expired`` OOF notices; returns how many.
@@ -303,7 +345,7 @@ class Engine(PublishSteps, FanOut):
         now_ns = now_ns or time.time_ns()
         total = 0
         self.expiry_waiting = False
-        journal_full = bool(getattr(self.journal, "disk_full", False))
+        journal_full = self.journal is not None and self.journal.disk_full
         for sow in self.sow_topics.values():
             nxt = sow.next_expiry_ns()
             if nxt is None or nxt > now_ns:
@@ -323,7 +365,7 @@ class Engine(PublishSteps, FanOut):
                     for rec in expired:
                         self.journal.append("expire", sow.name, b"", sow_key=rec.key,
                                             message_type=sow.message_type.name, timestamp_ns=now_ns)
-                self._send_oof(sow, expired, "expired")
+                self.fanout.send_oof(sow, expired, "expired")
         return total
 
     def next_expiry_ns(self) -> int | None:

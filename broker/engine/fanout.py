@@ -1,119 +1,129 @@
 """Fan-out: delivering each applied message to the subscriptions it reaches, with out-of-focus notices and
 deltas, and telling oof subscriptions about deleted and expired records.
 
-:class:`FanOut` is the part of :class:`broker.engine.engine.Engine` that delivers (the engine inherits it and
-holds the state named here); :mod:`broker.engine.publish` calls :meth:`FanOut._deliver_run` once per applied
-run of one topic.
+:class:`FanOut` is an object the engine owns (:attr:`broker.engine.engine.Engine.fanout`): the publish steps
+(:class:`broker.engine.publish.Publishing`) hand it each applied run of one topic (:meth:`FanOut.deliver_run`,
+or :meth:`FanOut.deliver_whole` for a run every subscription takes whole), and the engine's deletes and expiry
+hand it the records that left a topic (:meth:`FanOut.send_oof`). Which of these runs when:
+:mod:`broker.engine.publish`'s table.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from broker import speedups
-from broker.engine.delivery import Client, deliver, deliver_templates
-from broker.engine.publish import DUPLICATE
+from broker.engine.delivery import Client, Delivery, deliver_templates
+from broker.engine.pagination import Predicate
 from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
-from broker.errors import BrokerError
-from broker.messagetypes import JsonMessageType
 from broker.protocol import DeliveryBatch, DeliveryTemplate
 
 if TYPE_CHECKING:
     from broker.engine.counters import EngineCounters
-    from broker.engine.publish import PublishMessage, RunMessage
+    from broker.engine.run_message import RunMessage
+    from broker.errors import BrokerError
+    from broker.messagetypes import Message
     from broker.sow.record import SowRecord
     from broker.sow.topic import SowTopic
+    from broker.stats.histogram import Histogram
+
+#: ``(client, its sub_ids as a comma list)``: who takes every message of a run whole.
+Targets = list[tuple[Client, str]]
+#: One message of a run delivered whole: ``(body, bm, k, x)``, absent values ``None``.
+WholeItem = tuple[bytes, "str | None", "str | None", "str | None"]
 
 
 class FanOut:
-    """Delivery, for :class:`broker.engine.engine.Engine` (which inherits it and holds the state named here)."""
+    """Delivery of applied messages to the subscriptions of one engine.
 
-    router: Router
-    counters: EngineCounters
-    latency: Any
+    Args:
+        router: The engine's subscriptions.
+        counters: The engine's totals (messages delivered, out-of-focus notices, per-topic flow).
+        stats_topics: Topics counted individually (every other topic is counted as ``_other``).
+        latency: Publish-to-delivery latency, one observation per client a message is queued for; ``None``:
+            not measured.
+    """
 
-    publisher_seq: dict[str, int]
-    publisher_expiration_ns: int
+    def __init__(self, *, router: Router, counters: EngineCounters, stats_topics: frozenset[str],
+                 latency: Histogram | None) -> None:
+        self._router = router
+        self._counters = counters
+        self._stats_topics = stats_topics
+        self._latency = latency
+        #: Single deliveries, with this engine's reuse of the last message's encoded header.
+        self._delivery = Delivery()
 
-    if TYPE_CHECKING:
-        def _count_topic(self, topic: str, received: int, delivered: int) -> None: ...
+    def count_topic(self, topic: str, received: int, delivered: int) -> None:
+        """Add to ``topic``'s flow in the statistics (``_other`` for a topic not configured)."""
+        self._counters.count_topic(topic if topic in self._stats_topics else "_other", received, delivered)
 
-        def _note_publisher(self, name: str, now_ns: int) -> None: ...
+    def idle(self, topic: str) -> bool:
+        """Whether nothing on ``topic`` reads what a publish replaces: no subscription, no paginated window."""
+        router = self._router
+        return not router.candidates(topic) and not router.windows.covers(topic)
 
-    def _plain_run(self, client: Any, topic: str, messages: Sequence[PublishMessage], start: int, end: int,
-                   results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int) -> bool:
-        """Apply and deliver ``messages[start:end]`` to a topic without SOW or journal when no subscription decides
-        per message (no filter, delta or replay): what :meth:`~broker.engine.publish.Publishing._publish_run` and
-        :meth:`_deliver_run` do for such a run, without a ``RunMessage`` or a parsed message per publish (only the
-        depth check of ``lazy`` is kept). ``False``, with nothing done, when some subscription decides per message.
+    def whole_targets(self, topic: str) -> Targets | None:
+        """Who takes every message published to ``topic`` whole (``[]``: nobody subscribes), or ``None`` when
+        some subscription decides per message (a filter, a delta, a replay holding live messages)."""
+        candidates = self._router.candidates(topic)
+        return _plain_targets(candidates) if candidates else []
 
-        ``high`` is the publisher's highest ``s`` applied before (a message at or below it is a re-send).
+    def deliver_whole(self, topic: str, items: list[WholeItem], targets: Targets, now_ns: int) -> None:
+        """Deliver a run of ``topic`` to ``targets``, each client's frames of the run in one step, and count it.
+
+        Args:
+            topic: The topic of every message.
+            items: The messages (``(body, bm, k, x)`` each).
+            targets: :meth:`whole_targets`' answer for ``topic``.
+            now_ns: When the run's publish began (for the latency).
         """
-        candidates = self.router.candidates(topic)
-        plain = _plain_targets(candidates) if candidates else []
-        if plain is None:
-            return False
-        mt, name = client.message_type, client.publisher_key
-        items, received, high, top = plain_items(messages, start, end, results, high, bool(name), DUPLICATE,
-                                                 mt.lazy if max_depth is not None else None, max_depth,
-                                                 type(mt) is JsonMessageType)
-        self.counters.messages_received += received
-        if not items:
-            return True
-        if top and name:  # only once applied: a publish that failed may be sent again
-            if top > self.publisher_seq.get(name, 0):
-                self.publisher_seq[name] = top
-            if self.publisher_expiration_ns:
-                self._note_publisher(name, now_ns)
         delivered = 0
-        if plain:
+        if targets:
             batch, count = DeliveryBatch(topic, items), len(items)
-            for target, sids in plain:  # each client's frames of the run in one step (the hot path: no call between)
-                target.emit(batch.frames(sids), messages=count)
-            delivered = len(plain) * len(items)
-            if self.latency is not None:
-                self.latency.observe((time.time_ns() - now_ns) / 1e9, delivered)
-        self.counters.messages_delivered += delivered
-        self._count_topic(topic, len(items), delivered)
-        return True
+            for client, sids in targets:  # the hot path: no call between a client's frames
+                client.emit(batch.frames(sids), messages=count)
+            delivered = len(targets) * count
+            if self._latency is not None:
+                self._latency.observe((time.time_ns() - now_ns) / 1e9, delivered)
+        self._counters.messages_delivered += delivered
+        self.count_topic(topic, len(items), delivered)
 
-    def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
-                     results: list[int | BrokerError], now_ns: int) -> None:
-        """Fan out each message of an applied run in order (and update paginated windows)."""
-        candidates = self.router.candidates(topic)
-        windows = self.router.windows if sow is not None and self.router.windows.covers(topic) else None
-        # Subscriptions without a filter, delta or replay in progress get every message whole: who gets what is
-        # the same for the whole run, so it is worked out once (the usual fan-out, decided per message, else).
+    def deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
+                    results: list[int | BrokerError], now_ns: int) -> None:
+        """Fan out each message of an applied run in order (and update paginated windows); each message's
+        result becomes its journal sequence.
+
+        Subscriptions without a filter, delta or replay in progress get every message whole: who gets what is
+        then the same for the whole run and each client takes the run in one step (:meth:`deliver_whole`),
+        unless a paginated window or an expired record also sends between the messages. Otherwise each message
+        is decided per subscription (:meth:`_fan_out`).
+        """
+        router = self._router
+        candidates = router.candidates(topic)
+        windows = router.windows if sow is not None and router.windows.covers(topic) else None
         plain = _plain_targets(candidates)
         # Only a SOW topic's records expire (an expired one not swept yet gets its oof before the message).
         no_expiry = sow is None or all(one.expired is None for one in run)
         if plain is not None and windows is None and no_expiry:
-            # Nothing else goes out between the messages of the run: each client takes the run in one step.
-            batch = DeliveryBatch(topic, [(one.body, one.bm or None, one.key or None, one.x or None) for one in run])
             for one in run:
                 results[one.index] = one.sequence
-            count = len(run)
-            for client, sids in plain:  # each client's frames of the run in one step (the hot path: no call between)
-                client.emit(batch.frames(sids), messages=count)
-            delivered = clients = len(plain) * len(run)
-            if self.latency is not None:
-                self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
-            self.counters.messages_delivered += delivered
-            self._count_topic(topic, len(run), delivered)
+            self.deliver_whole(topic, [(one.body, one.bm or None, one.key or None, one.x or None) for one in run],
+                               plain, now_ns)
             return
         # Per message, but each client's whole messages are queued in one step at the end of the run (or
         # before anything else goes to that client): none when windows or expiries also send.
         pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None
         if windows is None and no_expiry:
             pending = {}
+        deliver = self._delivery.deliver
+        counters = self._counters
         delivered = clients = 0
         for one in run:
             results[one.index] = one.sequence
             if one.expired is not None:
-                self._send_oof(sow, [one.expired], "expired")  # type: ignore[arg-type]
+                assert sow is not None  # only a SOW topic's records expire
+                self.send_oof(sow, [one.expired], "expired")
             if plain is not None:
                 x = one.x or None
                 for client, sids in plain:
@@ -126,20 +136,20 @@ class FanOut:
                 delivered += d
                 clients += c
             if windows is not None:
-                paged = windows.on_change(sow, one.key, one.previous, one.record, one.msg,  # type: ignore[arg-type]
-                                          self.counters.oof)
+                assert sow is not None and one.key is not None  # windows cover SOW topics only
+                paged = windows.on_change(sow, one.key, one.previous, one.record, one.msg, counters.oof)
                 delivered += paged
                 clients += paged
         if pending:
             for client, deliveries in pending.items():
                 deliver_templates(client, deliveries)
-        if clients and self.latency is not None:  # one clock read per run: every client was served just now
-            self.latency.observe((time.time_ns() - now_ns) / 1e9, clients)
-        self.counters.messages_delivered += delivered
-        self._count_topic(topic, len(run), delivered)
+        if clients and self._latency is not None:  # one clock read per run: every client was served just now
+            self._latency.observe((time.time_ns() - now_ns) / 1e9, clients)
+        counters.messages_delivered += delivered
+        self.count_topic(topic, len(run), delivered)
 
-    def _fan_out(self, candidates: tuple[Subscription, ...], topic: str, body: bytes, msg: Any, bm: str | None,
-                 key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None,
+    def _fan_out(self, candidates: tuple[Subscription, ...], topic: str, body: bytes, msg: Message | None,
+                 bm: str | None, key: str | None, x: str | None, previous: SowRecord | None, sow: SowTopic | None,
                  pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None) -> tuple[int, int]:
         """Deliver one message to the subscriptions among ``candidates`` it reaches; returns (messages
         delivered, clients served). With ``pending``, whole messages are added to it (the caller sends each
@@ -150,8 +160,10 @@ class FanOut:
         others: dict[Client, _OtherSids] = {}
         # Each distinct filter is evaluated once per message (subscribers with the same filter text share
         # one compiled filter): filter -> passes the new state.
-        passed: dict[Callable[[Any], bool], bool] = {}
+        passed: dict[Predicate, bool] = {}
         before: _PreviousState | None = None  # the same for the previous state, made when first needed
+        deliver = self._delivery.deliver
+        ok: bool | None
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
                 sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
@@ -223,17 +235,20 @@ class FanOut:
                         delivered += 1
                 if other.oofs:
                     deliver(client, topic, ",".join(other.oofs), body, bm, key, x, command="oof", reason="match")
-                    self.counters.oof.match += len(other.oofs)
+                    self._counters.oof.match += len(other.oofs)
             clients += sum(1 for c in others if c not in pubs)
         return delivered, clients
 
-    def _send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
-        """Tell oof subscriptions that saw these records that they are gone (deleted or expired)."""
-        if records and self.router.windows.covers(sow.name):
-            self.router.windows.on_removed(sow, records, reason, self.counters.oof)
-        subs = [s for s in self.router.candidates(sow.name) if s.oof or s.capture_all]
+    def send_oof(self, sow: SowTopic, records: list[SowRecord], reason: str) -> None:
+        """Tell oof subscriptions (and paginated windows) that saw these records of ``sow`` that they are gone
+        (``reason``: ``deleted`` or ``expired``)."""
+        router = self._router
+        if records and router.windows.covers(sow.name):
+            router.windows.on_removed(sow, records, reason, self._counters.oof)
+        subs = [s for s in router.candidates(sow.name) if s.oof or s.capture_all]
         if not subs or not records:
             return
+        deliver = self._delivery.deliver
         for rec in records:
             msg = sow.message_type.parse(rec.data)
             targets: dict[Client, list[str]] = {}
@@ -251,7 +266,7 @@ class FanOut:
             for client, sids in targets.items():
                 deliver(client, sow.name, ",".join(sids), rec.data, rec.bookmark or None, rec.key,
                         rec.correlation_id or None, command="oof", reason=reason)
-                self.counters.oof.add(reason, len(sids))
+                self._counters.oof.add(reason, len(sids))
 
 
 class _PreviousState:
@@ -264,11 +279,11 @@ class _PreviousState:
         self.record = record
         self.sow = sow
         #: Filter -> whether the previous state passes it.
-        self.passed: dict[Callable[[Any], bool], bool] = {}
-        self._msg: Any = None
+        self.passed: dict[Predicate, bool] = {}
+        self._msg: Message | None = None
         self._parsed = False
 
-    def passes(self, flt: Callable[[Any], bool]) -> bool:
+    def passes(self, flt: Predicate) -> bool:
         """Whether the previous state passed ``flt``."""
         was = self.passed.get(flt)
         if was is None:
@@ -289,47 +304,10 @@ class _OtherSids:
     quiet: list[str] = field(default_factory=list)
 
 
-def _plain_items(messages: Sequence[PublishMessage], start: int, end: int, results: list[int | BrokerError],
-                 high: int, named: bool, duplicate: int, lazy: Callable[..., Any] | None, max_depth: int | None,
-                 json_bodies: bool) -> tuple[list[tuple[bytes, None, None, str | None]], int, int, int]:
-    """The delivery items of a plain-topic run (``(body, None, None, x)`` each), the messages received, the
-    publisher's highest ``s`` and the run's highest ``s`` (:meth:`FanOut._plain_run`; twin
-    :mod:`broker.speedups.plainrun`, which leaves ``lazy`` out for a JSON body within the depth bound).
-
-    A message whose ``s`` is at most ``high`` (when the publisher is ``named``) is a re-send: ``duplicate`` in
-    ``results``; ``lazy`` (the depth check, ``None``: none) refuses a body with its error in ``results``.
-    """
-    items: list[tuple[bytes, None, None, str | None]] = []
-    received = top = 0
-    for i in range(start, end):
-        _topic, body, _delta, seq, _key, x, _expiration = messages[i]
-        if seq and named and seq <= high:
-            results[i] = duplicate
-            continue
-        received += 1
-        if lazy is not None:
-            try:
-                lazy(body, max_depth=max_depth)
-            except BrokerError as exc:
-                results[i] = exc
-                continue
-        items.append((body, None, None, x or None))
-        if seq:
-            if seq > high:
-                high = seq
-            if seq > top:
-                top = seq
-    return items, received, high, top
-
-
-#: The compiled twin of :func:`_plain_items` when built.
-plain_items = _plainrun.plain_items if (_plainrun := speedups.load("plainrun")) is not None else _plain_items
-
-
-def _plain_targets(candidates: tuple[Subscription, ...]) -> list[tuple[Client, str]] | None:
+def _plain_targets(candidates: tuple[Subscription, ...]) -> Targets | None:
     """``(client, sub_ids)`` per client when every candidate gets every message of the topic whole (no filter,
     no delta, no replay holding live messages); ``None`` when some subscription decides per message. Each
-    client's sub_ids in the order :meth:`Engine._fan_out` lists them."""
+    client's sub_ids in the order :meth:`FanOut._fan_out` lists them."""
     if not candidates:
         return None
     by_client: dict[Client, list[str]] = {}
@@ -352,6 +330,6 @@ def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:
     return other
 
 
-def _passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
+def _passes(flt: Predicate | None, message: Message | None) -> bool:
     """Whether ``message`` passes ``flt`` (no filter: yes; no message: no); see :func:`filter_passes`."""
     return message is not None and filter_passes(flt, message)

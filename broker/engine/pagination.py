@@ -32,7 +32,7 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.engine.counters import OofCounts
 from broker.engine.delivery import deliver
@@ -41,6 +41,13 @@ from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic
 from broker.stats.snapshot import PaginationStats
+
+if TYPE_CHECKING:
+    from broker.expr import OrderBy
+    from broker.messagetypes import Message
+
+#: A compiled content filter (:class:`broker.expr.Filter`, or any ``message -> bool``).
+Predicate = Callable[[Any], bool]
 
 #: Entries per block of :class:`SortedEntries`: inserts move at most ~2x this many pointers.
 BLOCK = 1000
@@ -182,7 +189,7 @@ class ResultSet:
         order_by: A compiled OrderBy (``sort_key(message)``), or ``None`` for SowKey order.
     """
 
-    def __init__(self, topic: SowTopic, predicate: Callable[[Any], bool] | None, order_by: Any) -> None:
+    def __init__(self, topic: SowTopic, predicate: Predicate | None, order_by: OrderBy | None) -> None:
         self.topic = topic
         self.predicate = predicate
         self.order_by = order_by
@@ -190,11 +197,11 @@ class ResultSet:
         self.entries = SortedEntries()
         self.windows: list[Window] = []
 
-    def entry(self, message: Any, key: str) -> Entry:
+    def entry(self, message: Message, key: str) -> Entry:
         """The sort entry of a record."""
         return Entry(self.order_by.sort_key(message) if self.order_by is not None else (), key)
 
-    def matches(self, message: Any) -> bool:
+    def matches(self, message: Message) -> bool:
         """Whether a message belongs to the result set (a filter that fails to evaluate: no)."""
         if self.predicate is None:
             return True
@@ -216,7 +223,7 @@ class ResultSet:
         """SowKeys at positions ``start <= i < stop``."""
         return [e.key for e in self.entries.slice(start, stop)]
 
-    def move(self, key: str, message: Any | None) -> tuple[int | None, int | None] | None:
+    def move(self, key: str, message: Message | None) -> tuple[int | None, int | None] | None:
         """Apply a change of record ``key`` (``message`` is its new state, ``None`` when it is gone).
 
         Returns:
@@ -229,7 +236,7 @@ class ResultSet:
             return None
         old_pos = self.entries.remove(before) if before is not None else None
         new_pos = None
-        if now:
+        if message is not None and now:
             entry = self.entry(message, key)
             new_pos = self.entries.add(entry)
             self.by_key[key] = entry
@@ -246,7 +253,7 @@ class Pagination:
         self._by_topic: dict[str, list[ResultSet]] = {}
         self._set_keys: dict[ResultSet, ShareKey] = {}  # ResultSet hashes by identity
 
-    def open(self, *, topic: SowTopic, snapshot: Snapshot, now_ns: int, predicate: Callable[[Any], bool] | None,
+    def open(self, *, topic: SowTopic, snapshot: Snapshot, now_ns: int, predicate: Predicate | None,
              filter_text: str, order_by: Any, top_n: int, skip_n: int) -> Window:
         """Open a window (its result set is shared, or built from ``snapshot``); set ``window.sub`` next.
 

@@ -1,9 +1,35 @@
-"""The publish steps of the engine: de-duplication, parse, key, journal, SOW write, in runs of one topic.
+"""The publish steps: de-duplication, parse, key, journal, SOW write and fan-out, in runs of one topic.
 
-:class:`PublishSteps` is the part of :class:`broker.engine.engine.Engine` that applies publishes (the engine
-inherits it): a batch of one client's publishes (:data:`PublishMessage` each, read by the session from one
-socket read) is cut into runs of one topic; each run gets one journal append, one storage write, then its
-fan-out (:meth:`Engine._deliver_run`), in order.
+:class:`Publishing` is an object the engine owns (:attr:`broker.engine.engine.Engine.publishing`;
+:meth:`Engine.publish_batch <broker.engine.engine.Engine.publish_batch>` hands it every publish). A batch of one
+client's publishes (:data:`PublishMessage` each, read by the session from one socket read) is cut into runs of
+one topic (:meth:`Publishing.publish_batch`), and each run is applied and delivered, in order, by one of four
+paths. :meth:`Publishing._publish_run` is the one place that chooses, in this order:
+
+========= ====================================================== ============================================
+path      runs when                                              what it does
+========= ====================================================== ============================================
+plain     no SOW, not journaled, and every subscription on the    one pass over the run, no object per message
+          topic takes every message whole (no filter, delta or   (:func:`plain_items`, compiled where built),
+          replay in progress): :meth:`.FanOut.whole_targets`     then :meth:`.FanOut.deliver_whole`
+keyed     a SOW topic nobody reads from (no subscription or      :func:`broker.speedups.publish.keyed_scan`:
+          paginated window: :meth:`.FanOut.idle`), journal not   keys and journal entries without a
+          full, JSON, :class:`~broker.sow.cache.CachedStorage`,  ``RunMessage``; journal append, SOW write,
+          no expiration or history, a key generator with a       counted as delivered to nobody. It declines
+          :meth:`~broker.sow.keys.KeyGenerator.top_level_recipe` (having changed nothing) when a message needs
+          and the compiled module built                          the Python loop: then *general* runs
+general   everything else; its fan-out is :meth:`.FanOut.        parse, key, journal, SOW write per
+whole-run deliver_run`'s whole-run branch when every              :class:`RunMessage`; then each client takes
+          subscription takes every message whole, no window and  the run in one step
+          no expired record sends between the messages
+general   the rest (filters, deltas, oof, windows, replays,      per message and subscription
+per       expired records)                                       (:meth:`.FanOut._fan_out`)
+message
+========= ====================================================== ============================================
+
+The *keyed* path also needs the batch as a ``list`` (the session's are). All four give the same results,
+deliveries, counters and journal (tests/server/test_server_plain_run.py and test_server_keyed_run.py compare the
+first two with *general*, tests/engine/test_engine_composition.py the last two).
 """
 
 from __future__ import annotations
@@ -11,21 +37,30 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from broker import speedups
 from broker.engine.acks import JOURNAL_FULL_REASON, journal_full_detail
-from broker.engine.counters import EngineCounters
+from broker.engine.run_message import RunMessage
 from broker.errors import BrokerError, CommandError
 from broker.faults import fault_point
 from broker.messagetypes import JsonMessageType
 from broker.sow.cache import CachedStorage
 from broker.sow.record import EXPIRY_OFFSET, RECORD_EXPIRY, SowRecord, record_value
-from broker.sow.topic import SowTopic
 from broker.txlog.records import Command
 
+if TYPE_CHECKING:
+    from broker.engine.counters import EngineCounters
+    from broker.engine.delivery import Client
+    from broker.engine.fanout import FanOut, Targets, WholeItem
+    from broker.engine.journal import Journal
+    from broker.engine.publishers import Publishers
+    from broker.messagetypes import Message
+    from broker.sow.keys import KeyRecipe
+    from broker.sow.topic import SowTopic
+
 _compiled = speedups.load("publish")
-#: The compiled keyed run's two passes (:meth:`PublishSteps._keyed_run`); ``None``: the Python loop does every run.
+#: The compiled keyed run's two passes (:meth:`Publishing._keyed_run`); ``None``: the Python loop does every run.
 _keyed_scan = _compiled.keyed_scan if _compiled is not None else None
 _stored_values = _compiled.stored_values if _compiled is not None else None
 
@@ -40,9 +75,11 @@ class PublishOutcome:
 
 #: :meth:`Engine.publish_batch`'s answer for a re-sent publish (its ``s`` was applied before): not applied again.
 DUPLICATE = -1
+#: A publish's ``expiration`` header field as the session read it (seconds; ``None`` or ``""``: the topic's).
+Expiration = str | int | float | None
 #: One message for :meth:`Engine.publish_batch`, its header fields read once by the session: ``(topic, body,
 #: delta, s, sow_key, correlation_id, expiration)`` (``delta``: a ``delta_publish``; absent fields ``None``).
-PublishMessage = tuple[str | None, bytes, bool, int | None, str | None, str | None, Any]
+PublishMessage = tuple[str | None, bytes, bool, int | None, str | None, str | None, Expiration]
 _PUBLISH = int(Command.PUBLISH)
 _DELTA = int(Command.DELTA_PUBLISH)
 #: :attr:`RunMessage.previous` of an update whose replaced record is not decoded, because nothing in its run
@@ -52,56 +89,29 @@ STORED = SowRecord("", b"", 0, 0, 0, "", "")
 _peek_expiry = RECORD_EXPIRY.unpack_from
 
 
-class Journal(Protocol):
-    """The part of the transaction log the engine uses (see :mod:`broker.txlog`)."""
+class Publishing:
+    """Applies publishes for one engine and hands what it applied to the fan-out.
 
-    instance_hash: int
+    Args:
+        sow_topics: The engine's SOW topics by name.
+        journal: The transaction log, or ``None``.
+        is_logged: Whether a topic is recorded in the transaction log.
+        counters: The engine's totals (messages received).
+        publishers: The engine's table of each publisher's highest applied ``s``.
+        fanout: Delivers each applied run.
+    """
 
-    def append(self, command: str, topic: str, data: bytes, **fields: Any) -> tuple[int, str]: ...
+    def __init__(self, *, sow_topics: Mapping[str, SowTopic], journal: Journal | None,
+                 is_logged: Callable[[str], bool], counters: EngineCounters, publishers: Publishers,
+                 fanout: FanOut) -> None:
+        self._sow_topics = sow_topics
+        self._journal = journal
+        self._is_logged = is_logged
+        self._counters = counters
+        self._publishers = publishers
+        self._fanout = fanout
 
-    def append_many(self, topic: str, entries: Sequence[tuple[int, bytes, bytes, int, bytes, int, int]], *,
-                    publisher_hash: int = 0, message_type: str = "json", held: bool = False) -> int: ...
-
-    def release(self, sequence: int) -> None: ...
-
-    def retract(self, sequence: int) -> bool: ...
-
-
-class PublishSteps:
-    """Publishing, for :class:`broker.engine.engine.Engine` (which inherits it and holds the state named here)."""
-
-    sow_topics: dict[str, SowTopic]
-    router: Any
-    journal: Journal | None
-    is_logged: Callable[[str], bool]
-    counters: EngineCounters
-    #: Highest publish-store sequence applied per publisher name (de-duplication).
-    publisher_seq: dict[str, int]
-    publisher_expiration_ns: int
-    _publisher_active: dict[str, int]
-    _next_publisher_sweep: int
-
-    if TYPE_CHECKING:
-        def _deliver_run(self, topic: str, sow: SowTopic | None, run: list[RunMessage],
-                         results: list[int | BrokerError], now_ns: int) -> None: ...
-
-        def _plain_run(self, client: Any, topic: str, messages: Sequence[PublishMessage], start: int, end: int,
-                       results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int) -> bool: ...
-
-        def _count_topic(self, topic: str, received: int, delivered: int) -> None: ...
-
-    def _note_publisher(self, name: str, now_ns: int) -> None:
-        """Mark a publisher active and, at most every quarter expiration, forget the inactive ones."""
-        self._publisher_active[name] = now_ns
-        if now_ns < self._next_publisher_sweep:
-            return
-        self._next_publisher_sweep = now_ns + self.publisher_expiration_ns // 4
-        cutoff = now_ns - self.publisher_expiration_ns
-        for stale in [n for n, seen in self._publisher_active.items() if seen < cutoff]:
-            del self._publisher_active[stale]
-            self.publisher_seq.pop(stale, None)
-
-    def publish(self, client: Any, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
+    def publish(self, client: Client, header: Mapping[str, Any], body: bytes, *, delta: bool = False,
                 max_depth: int | None = None) -> PublishOutcome:
         """Apply one publish or delta_publish (:meth:`publish_batch` of one).
 
@@ -125,7 +135,7 @@ class PublishSteps:
             raise result
         return PublishOutcome(max(result, 0), duplicate=result == DUPLICATE)
 
-    def publish_batch(self, client: Any, messages: Sequence[PublishMessage],
+    def publish_batch(self, client: Client, messages: Sequence[PublishMessage],
                       max_depth: int | None = None) -> list[int | BrokerError]:
         """Apply a client's publishes (:data:`PublishMessage` each, in order) in one engine step.
 
@@ -161,25 +171,37 @@ class PublishSteps:
             start = end
         return results
 
-    def _publish_run(self, client: Any, topic: str, messages: Sequence[PublishMessage],
+    def _publish_run(self, client: Client, topic: str, messages: Sequence[PublishMessage],
                      start: int, end: int, results: list[int | BrokerError], now_ns: int,
                      max_depth: int | None) -> None:
-        """Apply ``messages[start:end]``, all to ``topic`` (see :meth:`publish_batch`), into ``results``."""
-        sow = self.sow_topics.get(topic)
-        journal = self.journal
-        logged = journal is not None and self.is_logged(topic)
-        full = logged and getattr(journal, "disk_full", False)
-        name = client.publisher_key  # the de-duplication key: client name (and identity, when authenticated)
+        """Apply ``messages[start:end]``, all to ``topic`` (see :meth:`publish_batch`), into ``results``, by the
+        first of the paths in the module docstring's table that takes the run: the only place that chooses."""
+        sow = self._sow_topics.get(topic)
+        journal = self._journal
+        logged = journal is not None and self._is_logged(topic)
+        full = logged and journal is not None and journal.disk_full
         # The highest s applied or journaled: a later message at or below it is a re-send (de-duplication).
-        high = 0
-        if name:
-            high = self.publisher_seq.get(name, 0)
-            dedup = getattr(journal, "dedup", None)
-            if dedup is not None:
-                high = max(high, dedup.highest_hash(client.name_hash))
-        if sow is None and not logged and self._plain_run(client, topic, messages, start, end, results, now_ns,
-                                                           max_depth, high):
-            return  # every subscription takes every message whole: one pass (broker/engine/fanout.py)
+        high = self._publishers.highest(client)
+        if sow is None:
+            if not logged:
+                targets = self._fanout.whole_targets(topic)
+                if targets is not None:
+                    self._plain_run(client, topic, targets, messages, start, end, results, now_ns, max_depth, high)
+                    return
+        elif not full and type(messages) is list and self._fanout.idle(topic):
+            recipe = _keyed_recipe(sow)
+            if recipe is not None and self._keyed_run(client, topic, sow, recipe, messages, start, end, results,
+                                                      now_ns, max_depth, high, logged):
+                return
+        self._general_run(client, topic, sow, messages, start, end, results, now_ns, max_depth, high, logged, full)
+
+    def _general_run(self, client: Client, topic: str, sow: SowTopic | None, messages: Sequence[PublishMessage],
+                     start: int, end: int, results: list[int | BrokerError], now_ns: int, max_depth: int | None,
+                     high: int, logged: bool, full: bool) -> None:
+        """The *general* path of :meth:`_publish_run` (module docstring): a :class:`RunMessage` per message
+        (parsed, keyed, merged), the run's journal append and SOW write, then :meth:`.FanOut.deliver_run`."""
+        name = client.publisher_key  # the de-duplication key: client name (and identity, when authenticated)
+        journal = self._journal
         run: list[RunMessage] = []
         if sow is not None:
             mt = sow.message_type
@@ -193,11 +215,7 @@ class PublishSteps:
             # With no subscription or paginated window on the topic, the fan-out reads no replaced record: an
             # update's stored value then stays undecoded (previous is STORED), its expiration peeked at. Nothing
             # here awaits, so no subscription can come between this and the fan-out.
-            router = self.router
-            bare = not router.candidates(topic) and not router.windows.covers(topic)
-            if bare and not full and _keyed_scan is not None and self._keyed_run(
-                    client, topic, sow, messages, start, end, results, now_ns, max_depth, high, logged):
-                return
+            bare = self._fanout.idle(topic)
             stored_value = sow.storage.get
         else:
             mt = client.message_type
@@ -243,8 +261,8 @@ class PublishSteps:
                     msg = parse(body, keyed=True)
                 expire_at = 0
                 if default_expiration is not None:  # before journaling: a bad value refuses the message
-                    lifetime = (_parse_expiration(expiration) if expiration not in (None, "")
-                                else default_expiration)
+                    lifetime = (default_expiration if expiration is None or expiration == ""
+                                else _parse_expiration(expiration))
                     if lifetime:
                         expire_at = now_ns + int(lifetime * 1e9)
             except BrokerError as exc:
@@ -255,15 +273,16 @@ class PublishSteps:
             latest[key] = one.record = SowRecord(key, body, now_ns + i, 0, expire_at, "", x)
             if seq and seq > high:
                 high = seq
-        self.counters.messages_received += received
+        self._counters.messages_received += received
         if not run:
             return
         first = 0
         if logged:
-            first = self._journal_run(client, topic, mt.name, run, results, now_ns, held=sow is not None)
+            assert journal is not None
+            first = self._journal_run(journal, client, topic, mt.name, run, results, now_ns, held=sow is not None)
             if not run:
                 return
-            prefix = f"{journal.instance_hash}|"  # type: ignore[union-attr]
+            prefix = f"{journal.instance_hash}|"
             seq = first
             for one in run:
                 one.sequence = seq
@@ -279,9 +298,10 @@ class PublishSteps:
             inserts = new_keys = 0
             for one in run:
                 record = one.record
-                records.append(record)  # type: ignore[arg-type]
+                assert record is not None  # every message of a SOW topic's run has its record
+                records.append(record)
                 value = record_value(record) if record_value is not None else None  # the compiled encoding
-                puts.append((one.kb, record.encode() if value is None else value))  # type: ignore[union-attr]
+                puts.append((one.kb, record.encode() if value is None else value))
                 if one.previous is None:
                     inserts += 1
                     new_keys += one.expired is None
@@ -290,44 +310,51 @@ class PublishSteps:
             try:
                 sow.upsert_many(records, inserts, new_keys=new_keys, puts=puts)
             except BaseException as exc:
-                if logged:
-                    journal.retract(first)  # type: ignore[union-attr]
+                if journal is not None and logged:
+                    journal.retract(first)
                 if not isinstance(exc, BrokerError):
                     raise
                 for one in run:
                     results[one.index] = exc
                 return
-            if logged:
-                journal.release(first)  # type: ignore[union-attr]
+            if journal is not None and logged:
+                journal.release(first)
                 fault_point("sow-after-write", len(run))  # applied to the SOW, the journal records not yet durable
         top = max(one.seq for one in run)
         if top and name:  # only once applied: a publish that failed may be sent again
-            if top > self.publisher_seq.get(name, 0):
-                self.publisher_seq[name] = top
-            if self.publisher_expiration_ns:
-                self._note_publisher(name, now_ns)
-        self._deliver_run(topic, sow, run, results, now_ns)
+            self._publishers.applied(name, top, now_ns)
+        self._fanout.deliver_run(topic, sow, run, results, now_ns)
 
-    def _keyed_run(self, client: Any, topic: str, sow: SowTopic, messages: Sequence[PublishMessage], start: int,
-                   end: int, results: list[int | BrokerError], now_ns: int, max_depth: int | None, high: int,
-                   logged: bool) -> bool:
-        """:meth:`_publish_run` for the usual ingest, compiled: plain publishes of JSON objects to a SOW topic with
-        the ``default`` key of top-level names, a complete or warm record cache, no expiration or history, and no
-        subscription or paginated window on the topic (the fan-out has nothing to do but count). One pass
-        (:func:`broker.speedups.publish.keyed_scan`) works out each message's key, whether it replaces a record
-        and its journal entry without a ``RunMessage``, ``SowRecord`` or parsed message; the journal append, the
-        SOW write and the commit are the same as :meth:`_publish_run`'s. Returns False, having changed nothing,
-        when the topic or any message of the run needs the Python loop (which then applies the whole run)."""
+    def _plain_run(self, client: Client, topic: str, targets: Targets, messages: Sequence[PublishMessage],
+                   start: int, end: int, results: list[int | BrokerError], now_ns: int, max_depth: int | None,
+                   high: int) -> None:
+        """The *plain* path of :meth:`_publish_run` (module docstring): apply and deliver a run to a topic without
+        SOW or journal that ``targets`` take whole, without a ``RunMessage`` or a parsed message per publish (only
+        the depth check of ``lazy`` is kept). ``high``: the publisher's highest ``s`` applied before."""
+        mt, name = client.message_type, client.publisher_key
+        items, received, high, top = plain_items(messages, start, end, results, high, bool(name), DUPLICATE,
+                                                 mt.lazy if max_depth is not None else None, max_depth,
+                                                 type(mt) is JsonMessageType)
+        self._counters.messages_received += received
+        if not items:
+            return
+        if top and name:  # only once applied: a publish that failed may be sent again
+            self._publishers.applied(name, top, now_ns)
+        self._fanout.deliver_whole(topic, items, targets, now_ns)
+
+    def _keyed_run(self, client: Client, topic: str, sow: SowTopic, recipe: KeyRecipe,
+                   messages: list[PublishMessage], start: int, end: int, results: list[int | BrokerError], now_ns: int,
+                   max_depth: int | None, high: int, logged: bool) -> bool:
+        """The *keyed* path of :meth:`_publish_run` (module docstring), for the usual ingest, compiled: plain
+        publishes of JSON objects to a SOW topic nobody reads from (:func:`_keyed_recipe` says which topics). One
+        pass (:func:`broker.speedups.publish.keyed_scan`) works out each message's key, whether it replaces a
+        record and its journal entry without a ``RunMessage``, ``SowRecord`` or parsed message; the journal
+        append, the SOW write and the commit are the same as :meth:`_general_run`'s. Returns False, having
+        changed nothing, when any message of the run needs the Python loop (which then applies the whole run)."""
+        assert _keyed_scan is not None and _stored_values is not None  # _keyed_recipe: None without them
         storage = sow.storage
-        generator = sow.key_generator
+        assert isinstance(storage, CachedStorage)  # _keyed_recipe: None for any other storage
         mt = sow.message_type
-        if (type(storage) is not CachedStorage or sow.default_expiration is not None or sow.history is not None
-                or generator is None or type(mt) is not JsonMessageType or type(messages) is not list):
-            return False
-        recipe_of = getattr(generator, "top_level_recipe", None)
-        recipe = recipe_of() if recipe_of is not None else None
-        if recipe is None:
-            return False
         name = client.publisher_key
         scan = _keyed_scan(messages, start, end, -1 if max_depth is None else max_depth, recipe[0], recipe[1],
                            storage.held, storage.complete, high, bool(name), now_ns, _PUBLISH)
@@ -335,8 +362,8 @@ class PublishSteps:
             return False
         indices, entries, xs, duplicates, received, inserts, new_keys, hits, absent, top = scan
         first = 0
-        journal: Any = self.journal
-        if entries and logged:
+        journal = self._journal
+        if entries and journal is not None and logged:
             try:
                 first = journal.append_many(topic, entries, publisher_hash=client.name_hash, message_type=mt.name,
                                             held=True)
@@ -345,45 +372,41 @@ class PublishSteps:
         storage.count_reads(hits, absent)
         for i in duplicates:
             results[i] = DUPLICATE
-        self.counters.messages_received += received
+        self._counters.messages_received += received
         if not entries:
             return True
-        puts = _stored_values(entries, xs, first, f"{journal.instance_hash}|" if logged else "")
+        puts = _stored_values(entries, xs, first, f"{journal.instance_hash}|" if journal is not None and logged else "")
         if logged:
             fault_point("sow-before-write", len(entries))  # the run's journal records appended (held), SOW not written
         try:
             sow.upsert_values(puts, inserts, new_keys)
         except BaseException as exc:
-            if logged:
+            if journal is not None and logged:
                 journal.retract(first)
             if not isinstance(exc, BrokerError):
                 raise
             for i in indices:
                 results[i] = exc
             return True
-        if logged:
+        if journal is not None and logged:
             journal.release(first)
             fault_point("sow-after-write", len(entries))  # applied to the SOW, the journal records not yet durable
         if top and name:  # only once applied: a publish that failed may be sent again
-            if top > self.publisher_seq.get(name, 0):
-                self.publisher_seq[name] = top
-            if self.publisher_expiration_ns:
-                self._note_publisher(name, now_ns)
+            self._publishers.applied(name, top, now_ns)
         sequence = first
         for i in indices:
             results[i] = sequence
             if logged:
                 sequence += 1
-        # What the fan-out does for a run on a topic nobody subscribes to (Engine._deliver_run): count it.
-        self._count_topic(topic, len(entries), 0)
+        # What the fan-out does for a run on a topic nobody reads from (FanOut.deliver_run): count it.
+        self._fanout.count_topic(topic, len(entries), 0)
         return True
 
-    def _journal_run(self, client: Any, topic: str, message_type: str, run: list[RunMessage],
+    def _journal_run(self, journal: Journal, client: Client, topic: str, message_type: str, run: list[RunMessage],
                      results: list[int | BrokerError], now_ns: int, *, held: bool) -> int:
         """Append ``run``'s journal records (held while the SOW is written); returns the first sequence. An
         entry the journal cannot encode (a field too large) is refused alone and taken out of ``run``; any
         other journal failure refuses the whole run (``run`` is emptied)."""
-        journal: Any = self.journal
         while run:
             # Each message its own timestamp (the batch's time plus its position): versions stay distinct.
             entries = [(_DELTA if one.delta else _PUBLISH, one.body, one.kb, one.seq, one.x.encode(), one.expire_at,
@@ -407,7 +430,57 @@ class PublishSteps:
         return 0
 
 
-def _parse_expiration(value: Any) -> float:
+def _keyed_recipe(sow: SowTopic) -> KeyRecipe | None:
+    """The recipe of ``sow``'s content keys when the *keyed* path can apply a run to it (module docstring): the
+    compiled module built, JSON, a :class:`~broker.sow.cache.CachedStorage`, no expiration or
+    history, and a key generator that declares
+    :meth:`~broker.sow.keys.KeyGenerator.top_level_recipe`; ``None`` otherwise."""
+    generator = sow.key_generator
+    if (_keyed_scan is None or generator is None or type(sow.storage) is not CachedStorage
+            or sow.default_expiration is not None or sow.history is not None
+            or type(sow.message_type) is not JsonMessageType):
+        return None
+    return generator.top_level_recipe()
+
+
+def _plain_items(messages: Sequence[PublishMessage], start: int, end: int, results: list[int | BrokerError],
+                 high: int, named: bool, duplicate: int, lazy: Callable[..., Message] | None, max_depth: int | None,
+                 json_bodies: bool) -> tuple[list[WholeItem], int, int, int]:
+    """The delivery items of a plain-topic run (``(body, None, None, x)`` each), the messages received, the
+    publisher's highest ``s`` and the run's highest ``s`` (:meth:`Publishing._plain_run`; twin
+    :mod:`broker.speedups.plainrun`, which leaves ``lazy`` out for a JSON body within the depth bound).
+
+    A message whose ``s`` is at most ``high`` (when the publisher is ``named``) is a re-send: ``duplicate`` in
+    ``results``; ``lazy`` (the depth check, ``None``: none) refuses a body with its error in ``results``.
+    """
+    items: list[WholeItem] = []
+    received = top = 0
+    for i in range(start, end):
+        _topic, body, _delta, seq, _key, x, _expiration = messages[i]
+        if seq and named and seq <= high:
+            results[i] = duplicate
+            continue
+        received += 1
+        if lazy is not None:
+            try:
+                lazy(body, max_depth=max_depth)
+            except BrokerError as exc:
+                results[i] = exc
+                continue
+        items.append((body, None, None, x or None))
+        if seq:
+            if seq > high:
+                high = seq
+            if seq > top:
+                top = seq
+    return items, received, high, top
+
+
+#: The compiled twin of :func:`_plain_items` when built.
+plain_items = _plainrun.plain_items if (_plainrun := speedups.load("plainrun")) is not None else _plain_items
+
+
+def _parse_expiration(value: str | int | float) -> float:
     try:
         seconds = float(value)
     except (TypeError, ValueError):
@@ -415,29 +488,3 @@ def _parse_expiration(value: Any) -> float:
     if seconds < 0:
         raise CommandError("invalid options", "expiration must not be negative")
     return seconds
-
-@dataclass(slots=True)
-class RunMessage:
-    """One message of a publish run on its way through :meth:`Engine.publish_batch`."""
-
-    #: Its position in the batch (for the results).
-    index: int
-    body: bytes
-    msg: Any
-    key: str | None
-    #: The record it replaces (``None``: an insert, or not a SOW topic).
-    previous: SowRecord | None
-    #: The publisher's ``s`` (0: none).
-    seq: int
-    x: str
-    expire_at: int
-    delta: bool
-    #: The record it replaces had expired but was not swept: its holders get an ``expired`` oof first.
-    expired: SowRecord | None
-    #: ``key`` encoded (``b""``: not a SOW topic).
-    kb: bytes = b""
-    #: The SOW record written (``None``: not a SOW topic).
-    record: SowRecord | None = None
-    #: Its journal sequence and bookmark (0 and ``None``: not logged).
-    sequence: int = 0
-    bm: str | None = None

@@ -8,10 +8,13 @@ what a test inspects is exactly what a real client would have read off the socke
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.protocol import CLOSED, NEED_DATA, Connection, Frame
 from broker.txlog.bookmarks import client_name_hash
+
+if TYPE_CHECKING:
+    from broker.protocol._frames import LargeFrame
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ class RecordingClient:
         self.messages_out = 0
         self._conn = Connection()
 
-    def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None:
+    def emit(self, frame: bytes | LargeFrame, *, messages: int = 0, now: bool = False) -> None:
         """Decode and keep the frames in ``frame``."""
         self.messages_out += messages
         self._conn.receive_data(frame if type(frame) is bytes else bytes(frame))  # a LargeFrame's parts, joined

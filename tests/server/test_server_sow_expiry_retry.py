@@ -79,18 +79,17 @@ def test_a_failed_expiration_puts_the_due_entries_back(topic: tuple[SowTopic, Fl
 
 def test_the_engine_retries_without_rebuilding_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
     from broker.engine.engine import Engine
+    from broker.expr import compile_filter, compile_order_by
 
     t = _topic()
     _put(t, "a", NOW + 1)
     monkeypatch.setattr(t, "rebuild_expiry_index", lambda: pytest.fail("the whole index is rebuilt"))
     flaky = Flaky(t.storage, monkeypatch)
-    engine: Any = Engine.__new__(Engine)  # only what expire() reads
-    engine.sow_topics = {"orders": t}
-    engine.journal = None
-    engine.expiry_waiting = False
+    engine = Engine(sow_topics={"orders": t}, message_types=get_message_type, compile_filter=compile_filter,
+                    compile_order_by=compile_order_by)
     sent: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(engine, "_send_oof", lambda sow, recs, reason: sent.append((reason, [r.key for r in recs])),
-                        raising=False)
+    monkeypatch.setattr(engine.fanout, "send_oof",
+                        lambda sow, recs, reason: sent.append((reason, [r.key for r in recs])))
     flaky.writes = 1
     assert engine.expire(NOW + 10) == 0 and engine.expiry_waiting and sent == []
     assert engine.expire(NOW + 10) == 1 and not engine.expiry_waiting
