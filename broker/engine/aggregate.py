@@ -13,7 +13,7 @@ import hashlib
 import heapq
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from broker.sow.topic import SowTopic
 MAX_GROUPS = 1_000_000
 
 
-def aggregation_of(header: Any, pairs: dict[str, str]) -> Aggregation | None:
+def aggregation_of(header: Mapping[str, Any], pairs: dict[str, str]) -> Aggregation | None:
     """The aggregation a query asks for (``grouping``/``projection`` options), or ``None``.
 
     Raises:
@@ -86,7 +86,8 @@ def build_xml(row: list[tuple[str, Any]]) -> bytes:
             child = node.find(step)
             node = child if child is not None else etree.SubElement(node, step)
         node.text = str(int(value)) if isinstance(value, bool) else str(value)
-    return etree.tostring(root, encoding="utf-8")
+    data: bytes = etree.tostring(root, encoding="utf-8")
+    return data
 
 
 @dataclass

@@ -17,6 +17,7 @@ options, an ordinary topic) never reach it (see ``broker.server.session``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from broker.engine.queries import parse_options
@@ -47,7 +48,7 @@ COMMANDS = ("subscribe", "delta_subscribe", "sow", "sow_and_subscribe", "sow_and
 
 #: Option -> the commands it works on. ``bookmark`` marks options that only a bookmark subscription
 #: (subscribe or delta_subscribe with a ``bookmark``) takes.
-SUPPORTED: dict[str, frozenset[str]] = {
+SUPPORTED: Mapping[str, frozenset[str]] = MappingProxyType({
     "replace": _SUBSCRIBE | _SOW_AND_SUBSCRIBE,
     "oof": _SUBSCRIBE | _SOW_AND_SUBSCRIBE,
     "no_empties": _DELTA,
@@ -61,7 +62,7 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "rate": _SUBSCRIBE,
     "bookmark_not_found": _SUBSCRIBE,
     "live": _SUBSCRIBE,
-}
+})
 #: Options that only a bookmark subscription takes.
 BOOKMARK_ONLY = frozenset({"pause", "resume", "rate", "bookmark_not_found", "live"})
 #: Options written ``name=value``; every other option is a bare word.
@@ -71,7 +72,7 @@ VALUED = frozenset({"top_n", "skip_n", "grouping", "projection", "rate", "bookma
 BOOKMARK_NOT_FOUND = ("now", "epoch", "fail")
 
 #: AMPS options the broker does not implement, with why (the log line and docs/protocol.md say it).
-NOT_IMPLEMENTED: dict[str, str] = {
+NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
     "conflation": "conflated subscriptions are not built yet; subscribe without conflation",
     "conflation_key": "conflated subscriptions are not built yet; subscribe without conflation",
     "select": "select (a subset of each message's fields) is not built yet; read the whole message",
@@ -83,7 +84,7 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "max_backlog": "message queues are not supported",
     "cancel": "message queues are not supported",
     "expire": "a sow_delete here deletes (OOF reason deleted); expiring records on demand is not supported",
-}
+})
 
 #: Header fields that shape a SOW query's results (canonical name, key on the wire, the commands that take it):
 #: refused on the other commands.
@@ -93,14 +94,14 @@ QUERY_ONLY_FIELDS = (("top_n", "top_n", _QUERIES), ("skip_n", "skip_n", _QUERIES
 
 #: Header fields of AMPS's command reference (older versions) that the broker does not implement: refused on every
 #: command but a publish, naming what to use instead. The codec keeps them aside (``Header.extra``).
-UNSUPPORTED_FIELDS: dict[str, str] = {
+UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType({
     "data_only": "deliveries always carry their header",
     "send_empty": "use the no_empties option of a delta subscription",
     "send_oof": "use the oof option",
     "send_keys": "use the send_keys option of a delta subscription",
     "send_subscription_ids": "deliveries always carry their subscription ids (sids)",
     "max_msgs": "a subscription has no message limit; unsubscribe instead",
-}
+})
 
 
 def option_problem(command: str, name: str, value: str | None, *, bookmark: bool = False) -> str | None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,6 +26,10 @@ from broker.sow.record import RECORD_HEAD, SowRecord
 from broker.sow.storage import Snapshot
 from broker.sow.topic import SowTopic, check_batch_size
 from broker.txlog.bookmarks import parse_timestamp
+
+if TYPE_CHECKING:
+    from broker.expr import Filter, OrderBy
+    from broker.messagetypes import Message, MessageType
 
 
 @dataclass
@@ -76,9 +80,9 @@ class QueryPlan:
     """
 
     parts: list[QueryPart]
-    predicate: Any = None
+    predicate: Filter | None = None
     keys: list[str] | None = None
-    order_by: Any = None
+    order_by: OrderBy | None = None
     top_n: int | None = None
     skip_n: int = 0
     now_ns: int = 0
@@ -126,7 +130,7 @@ class QueryPlan:
         return self._rows(stable)
 
     def _rows(self, stable: bool) -> Iterator[Row | None]:
-        stream = self._scan(stable)
+        stream: Iterable[Row | None] = self._scan(stable)
         stop = None if self.top_n is None else self.skip_n + self.top_n
         if self.order_by is not None:
             stream = yield from self._ordered(stream, stop)
@@ -164,7 +168,8 @@ class QueryPlan:
         sort key instead of its message (:meth:`_ordered` sorts by it).
         """
         unpack, head = RECORD_HEAD.unpack_from, RECORD_HEAD.size
-        predicate = getattr(self.predicate, "match", self.predicate)
+        flt = self.predicate
+        predicate = flt.match if flt is not None else None  # the bare match: no __call__ frame per record
         needs_message = predicate is not None or self.order_by is not None
         sort_key = self.order_by.sort_key if self.order_by is not None else None
         now_ns = self.now_ns
@@ -175,15 +180,16 @@ class QueryPlan:
             fields = JsonFields.reader(topic.message_type, self._paths())
             cursor = fields(b"{}") if fields is not None and not stable else None
             # The filter as a test of the decoded object itself (dict.get per field, no message object).
-            object_match = getattr(self.predicate, "object_match", None)
-            test = object_match(fields.names) if cursor is not None and object_match is not None else None
-            members = tuple(sorted(set(fields.names.values()))) if test is not None else None
+            test = flt.object_match(fields.names) if fields is not None and cursor is not None and flt is not None \
+                else None
+            members = tuple(sorted(set(fields.names.values()))) if fields is not None and test is not None else None
             keys = self.keys if self.keys is not None else part.keys
             stored = topic.stored(part.snapshot, keys)
             runs = iter(lambda: list(islice(stored, PAUSE_EVERY)), [])  # noqa: B023 - consumed at once
-            if test is not None and sort_key is None:
+            if test is not None and sort_key is None and cursor is not None and predicate is not None:
                 # The filtered scan of a JSON topic: each run tested in one call (compiled when built).
-                def undecided(data: bytes, doc: Any, cursor: Any = cursor) -> bool:
+                def undecided(data: bytes, doc: object, cursor: JsonFields = cursor,
+                              predicate: Callable[[Any], bool] = predicate) -> bool:
                     cursor._data, cursor._doc = data, doc
                     return predicate(cursor)
 
@@ -231,17 +237,17 @@ class QueryPlan:
 
     def _paths(self) -> list[str]:
         """Every field path the filter and the OrderBy read."""
-        paths = list(getattr(self.predicate, "paths", None) or ())
+        paths = list(self.predicate.paths) if self.predicate is not None else []
         if self.order_by is not None:
             paths += [path for path, _desc in self.order_by.fields]
         return paths
 
-    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
+    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Message]]:
         """``(topic, record, message)`` for the result records in order, after skip_n and top_n (the
         order of :meth:`rows`; ``message`` is a lazy wrapper of the record data)."""
         return (item for item in self.steps() if item is not PAUSE)
 
-    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Message] | None]:
         """:meth:`records`, with the :data:`PAUSE` marks of :meth:`rows`: for callers that stream on the event
         loop in slices (a query whose records are tested one by one against loop state: the difference a
         replacing subscription sends)."""
@@ -254,7 +260,7 @@ class QueryPlan:
             rec = decode(key.decode(), value)
             yield topic, rec, msg if msg is not None else topic.message_type.lazy(rec.data)
 
-    def _ordered(self, stream: Iterator[Row | None], stop: int | None) -> Generator[None, None, Iterable[Row]]:
+    def _ordered(self, stream: Iterable[Row | None], stop: int | None) -> Generator[None, None, Iterable[Row]]:
         """Sort the matches by OrderBy (yielding :data:`PAUSE` between steps); returns them in order.
 
         Entries are ``(key, tie-break, topic, key, value)``: the parsed message is dropped so the held result
@@ -266,7 +272,8 @@ class QueryPlan:
         counter = 0
         held: list[tuple[Any, int, SowTopic, bytes, bytes]] = []
         bounded = stop is not None and stop <= MAX_HEAP_TOP
-        prune_at = max(2 * stop, SORT_RUN) if bounded and stop is not None else 0
+        keep = stop if stop is not None else 0
+        prune_at = max(2 * keep, SORT_RUN) if bounded else 0
         worst: Any = _NONE
         for item in stream:
             if item is PAUSE:
@@ -278,12 +285,12 @@ class QueryPlan:
             held.append((sk, counter, topic, key, value))
             counter += 1
             if bounded and len(held) >= prune_at:
-                held = heapq.nsmallest(stop, held)  # the best stop so far; bounded memory and step
+                held = heapq.nsmallest(keep, held)  # the best stop so far; bounded memory and step
                 if stop and len(held) == stop:
                     worst = held[-1][0]
                 yield PAUSE
         if bounded:
-            return ((t, k, v, None) for _s, _i, t, k, v in heapq.nsmallest(stop, held))
+            return ((t, k, v, None) for _s, _i, t, k, v in heapq.nsmallest(keep, held))
         runs = []
         for start in range(0, len(held), SORT_RUN):
             runs.append(sorted(held[start:start + SORT_RUN]))
@@ -367,7 +374,7 @@ class JsonFields:
         return getattr(self.lazy(self._data), name)
 
     @staticmethod
-    def reader(message_type: Any, paths: Iterable[str]) -> Callable[[bytes], Any] | None:
+    def reader(message_type: MessageType, paths: Iterable[str]) -> type[JsonFields] | None:
         """A ``data -> message`` for a scan reading ``paths`` of ``message_type``'s records, or ``None`` when
         the message type's lazy wrapper must be used (not JSON, or a path deeper than one field)."""
         if getattr(message_type, "name", None) != "json" or not getattr(message_type, "filterable", False):
@@ -387,8 +394,8 @@ class JsonFields:
 def plan_query(
     header: Mapping[str, Any],
     sow_topics: Mapping[str, SowTopic],
-    compile_filter: Callable[[str | None], Any],
-    compile_order_by: Callable[[str], Any],
+    compile_filter: Callable[[str | None], Filter | None],
+    compile_order_by: Callable[[str], OrderBy],
     *,
     now_ns: int | None = None,
 ) -> tuple[QueryPlan, int]:
@@ -514,8 +521,8 @@ def parse_options(text: str | None) -> tuple[frozenset[str], dict[str, str]]:
     if not text:
         return frozenset(), pairs
     depth = 0
-    part = []
-    parts = []
+    part: list[str] = []
+    parts: list[str] = []
     for ch in text:  # commas inside [...] (projection=[/a,/b]) do not split
         if ch == "[":
             depth += 1

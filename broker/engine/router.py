@@ -22,10 +22,12 @@ from broker.errors import BrokerError
 from broker.memo import Memo
 
 if TYPE_CHECKING:
+    from broker.engine.delivery import Client
+    from broker.messagetypes import Message
     from broker.sow.record import SowRecord
 
 
-def filter_passes(flt: Callable[[Any], bool] | None, message: Any) -> bool:
+def filter_passes(flt: Callable[[Any], bool] | None, message: Message) -> bool:
     """Whether ``message`` passes a subscription's compiled filter ``flt`` (no filter: yes).
 
     A filter that fails to evaluate on this message (a field of an unexpected type) counts as no match.
@@ -56,7 +58,7 @@ class Subscription:
     """One live subscription of one client.
 
     Attributes:
-        client: The owning session (anything with ``deliver``); compared by identity.
+        client: The owning session; compared by identity.
         sub_id: The client's subscription id.
         topic: The subscribed topic pattern.
         filter: A compiled content filter (``filter(message) -> bool``) or ``None``.
@@ -70,7 +72,7 @@ class Subscription:
         window: The pagination window of a paginated sow_and_subscribe, else ``None``.
     """
 
-    client: Any
+    client: Client
     sub_id: str
     topic: TopicPattern
     filter: Callable[[Any], bool] | None = None

@@ -29,10 +29,12 @@ from broker.sow.record import SowRecord
 from broker.sow.topic import SowTopic
 
 if TYPE_CHECKING:
+    from broker.engine.delivery import Client
     from broker.engine.engine import Engine
+    from broker.messagetypes import Message
 
 #: ``(topic, record, message) -> bool``
-RecordTest = Callable[[SowTopic, SowRecord, Any], bool]
+RecordTest = Callable[[SowTopic, SowRecord, "Message"], bool]
 
 
 class HeldWindow(NamedTuple):
@@ -49,11 +51,11 @@ class KeepPlan:
     plan: QueryPlan
     keep: RecordTest
 
-    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Any]]:
+    def records(self) -> Iterator[tuple[SowTopic, SowRecord, Message]]:
         """The plan's records that ``keep`` accepts, in the plan's order."""
         return ((t, r, m) for t, r, m in self.plan.records() if self.keep(t, r, m))
 
-    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Any] | None]:
+    def steps(self) -> Iterator[tuple[SowTopic, SowRecord, Message] | None]:
         """:meth:`records` with the plan's pauses (:meth:`QueryPlan.steps`)."""
         return (item for item in self.plan.steps() if item is None or self.keep(*item))
 
@@ -88,7 +90,7 @@ class SowStart:
     sub: Subscription | None = None
     oofs: list[tuple[str, SowRecord]] = field(default_factory=list)
 
-    def send_oofs(self, client: Any, oof_counts: OofCounts) -> None:
+    def send_oofs(self, client: Client, oof_counts: OofCounts) -> None:
         """Send the replace's out-of-focus notices (call before any later live message is queued)."""
         if self.sub is None:
             return
@@ -99,7 +101,7 @@ class SowStart:
         self.oofs = []
 
 
-def start_sow(engine: Engine, client: Any, header: Mapping[str, Any], *, subscribe: bool,
+def start_sow(engine: Engine, client: Client, header: Mapping[str, Any], *, subscribe: bool,
               delta: bool = False) -> SowStart:
     """Plan the query and (for sow_and_subscribe) register the subscription, atomically.
 
@@ -187,15 +189,15 @@ def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscri
     if old_window is not None:
         held_keys, held_topic = old_window.keys, old_window.topic
 
-        def held(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
+        def held(topic: SowTopic, rec: SowRecord, msg: Message) -> bool:
             return rec.key in held_keys and (held_topic is None or topic.name == held_topic.name)
     else:
-        def held(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
+        def held(topic: SowTopic, rec: SowRecord, msg: Message) -> bool:
             return old.topic.matches(topic.name) and old.saw(rec) and filter_passes(old.filter, msg)
 
     new_window = set(sub.window.keys) if sub.window is not None else None
 
-    def in_scope(topic: SowTopic, rec: SowRecord, msg: Any) -> bool:
+    def in_scope(topic: SowTopic, rec: SowRecord, msg: Message) -> bool:
         if new_window is not None:
             return rec.key in new_window
         return sub.topic.matches(topic.name) and filter_passes(sub.filter, msg)
@@ -224,9 +226,9 @@ def _plan_replace(engine: Engine, start: SowStart, plan: QueryPlan, old: Subscri
         if topic is None:
             return
         for key in sorted(old_window.keys):
-            rec = topic.get(key)
-            if rec is not None and not in_scope(topic, rec, topic.message_type.parse(rec.data)):
-                start.oofs.append((topic.name, rec))
+            kept = topic.get(key)
+            if kept is not None and not in_scope(topic, kept, topic.message_type.parse(kept.data)):
+                start.oofs.append((topic.name, kept))
         return
     for topic in engine.sow_topics.values():
         if not old.topic.matches(topic.name):
