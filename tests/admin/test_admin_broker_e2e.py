@@ -10,13 +10,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import AMPS
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
-
-AMPS = pytest.importorskip("AMPS")
 
 SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
   <FileName>./sow/%n.sow</FileName></Topic>"""

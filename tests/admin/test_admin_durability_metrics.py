@@ -10,14 +10,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import AMPS
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 from broker.txlog.records import decode
-
-AMPS = pytest.importorskip("AMPS")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 TXLOG = """<JournalDirectory>./journal</JournalDirectory><FlushInterval>10ms</FlushInterval>

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import AMPS
 import pytest
 
 from broker.security.passwords import set_password
@@ -27,7 +28,6 @@ from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-AMPS = pytest.importorskip("AMPS")
 
 PASSWORDS = {"admin": "admin-pw", "operator": "operator-pw", "reader": "reader-pw", "janitor": "janitor-pw",
              "viewer": "viewer-pw"}

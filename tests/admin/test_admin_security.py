@@ -121,7 +121,6 @@ async def test_the_admin_port_serves_https(nursery: trio.Nursery, source, tmp_pa
     import urllib.error
     import urllib.request
 
-    pytest.importorskip("cryptography")
     from broker.errors import ConfigError
     from broker.testing.tls import make_ca
 

@@ -6,8 +6,6 @@ import math
 
 import pytest
 
-pytest.importorskip("AMPS")
-
 from bench.attacks import main, run  # noqa: E402 - after the skip: the harness imports AMPS when run
 
 

@@ -120,7 +120,6 @@ def _peer_skipped(ctx: object) -> list[Row]:
 
 def _main_with(workload: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     """``run.main`` (quick, no peers started) with W3 replaced by ``workload``."""
-    pytest.importorskip("AMPS")
     fake = types.ModuleType("bench_fake_workload")
     fake.run = workload  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "bench_fake_workload", fake)

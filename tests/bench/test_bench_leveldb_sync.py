@@ -27,7 +27,6 @@ def test_the_sync_topic_is_leveldb_with_sync_on() -> None:
 
 @pytest.mark.timeout(200)
 def test_w1_reports_sync_off_and_on_in_one_run(tmp_path: Path) -> None:
-    pytest.importorskip("AMPS")
     out = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--only", "W1", "--no-peers", "--no-install", "--scale", "0.2",
          "--leveldb-sync", "both", "--results-dir", str(tmp_path)],

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("AMPS")
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

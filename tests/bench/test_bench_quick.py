@@ -20,8 +20,6 @@ import pytest
 from bench import install, run
 from bench.workloads.fanout import WEBSOCKET_ROW
 
-pytest.importorskip("AMPS")
-
 ROOT = Path(__file__).resolve().parents[2]
 #: The Python modules each peer's drivers need besides its executables (bench/run.py PEER_EXECUTABLES).
 PEER_MODULES = {"redis": ("redis", "hiredis"), "nats": ("nats",), "mosquitto": ()}

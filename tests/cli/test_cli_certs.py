@@ -14,10 +14,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
-x509 = pytest.importorskip("cryptography.x509")
-
-from broker.security.testca import PKI_FILES, subject_hash  # noqa: E402
+from broker.security.testca import PKI_FILES, subject_hash
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,7 +124,7 @@ def test_clients_accept_the_server_and_capath_finds_the_ca(tmp_path: Path, host:
     assert "mismatch" in handshake(server, client, "elsewhere.example")  # the names are checked
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command: apt-get install openssl (.ci/run installs it)")
 @pytest.mark.parametrize("common_name", ["broker test CA", "  Mixed   CASE\tname ", "Ünïcode CA"])
 def test_subject_hash_is_openssls(tmp_path: Path, common_name: str) -> None:
     import datetime as dt

@@ -18,12 +18,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import AMPS
 import pytest
 from lxml import etree
 
 from broker.testing.process import BrokerProcess, free_port
-
-AMPS = pytest.importorskip("AMPS")
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = ROOT / "configs" / "full.xml"

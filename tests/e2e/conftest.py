@@ -9,11 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.testing.process import BrokerProcess  # noqa: E402
+from broker.testing.process import BrokerProcess
 
 SOW_ORDERS = """
 <Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>

@@ -12,12 +12,11 @@ import json
 import threading
 import time
 
+import AMPS
 import pytest
 
 from broker.testing.admin import fresh_get
 from tests.e2e.raw_amps import Raw
-
-AMPS = pytest.importorskip("AMPS")
 
 LOGGED = "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"
 

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import AMPS
 import pytest
 
 from broker.engine.command_options import NOT_IMPLEMENTED, SUPPORTED, option_problem
 from tests.e2e.conftest import Collector
 from tests.e2e.raw_amps import Raw, frame
-
-AMPS = pytest.importorskip("AMPS")
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 COMMANDS = ("subscribe", "delta_subscribe", "sow", "sow_and_subscribe", "sow_and_delta_subscribe", "sow_delete",

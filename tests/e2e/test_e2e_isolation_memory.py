@@ -13,8 +13,6 @@ import pytest
 
 from broker.testing.admin import fresh_get
 
-pytest.importorskip("AMPS")
-
 
 def frame(header: dict, body: bytes = b"") -> bytes:
     """One AMPS frame: 4-byte length, JSON header, body."""

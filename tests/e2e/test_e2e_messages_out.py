@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
+import AMPS
 
 from broker.testing.admin import fresh_get
-
-AMPS = pytest.importorskip("AMPS")
 
 SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
   <FileName>./sow/%n.sow</FileName></Topic>

@@ -14,11 +14,9 @@ import json
 import threading
 from typing import Any
 
-import pytest
+import AMPS
 
 from broker.testing.client import sow_stream
-
-AMPS = pytest.importorskip("AMPS")
 
 SOW_ORDERS = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
   <FileName>./sow/%n.sow</FileName></Topic>"""

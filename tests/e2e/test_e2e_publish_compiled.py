@@ -14,13 +14,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import AMPS
 import pytest
 
 from broker import speedups
 from broker.testing.client import sow_stream
 from broker.testing.process import BrokerProcess
-
-AMPS = pytest.importorskip("AMPS")
 
 SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><Key>/region</Key>
   <FileName>./sow/%n.sow</FileName></Topic>"""

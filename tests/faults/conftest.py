@@ -5,11 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("AMPS")
-pytest.importorskip("plyvel")
-
 # --import-mode=importlib puts no test directory on sys.path: make the harness importable by name.
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))

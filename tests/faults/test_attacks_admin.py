@@ -21,16 +21,15 @@ from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.admin.server import (  # noqa: E402
+from broker.admin.server import (
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_ADDRESS,
     MAX_WAITING_PER_ADDRESS,
 )
-from broker.testing.process import BrokerProcess  # noqa: E402
+from broker.testing.process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,14 +17,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import AMPS
 import pytest
 
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.testing.process import BrokerProcess
 from broker.testing.wsclient import WsClient, read_until_closed
 from tests.e2e.raw_amps import Raw
-
-AMPS = pytest.importorskip("AMPS")
 
 
 class Bystander:

@@ -27,14 +27,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.security.passwords import set_password  # noqa: E402
-from broker.security.tls import HANDSHAKES_PER_ADDRESS  # noqa: E402
-from broker.testing.process import BrokerProcess, free_port  # noqa: E402
-from broker.testing.tls import make_ca  # noqa: E402
+from broker.security.passwords import set_password
+from broker.security.tls import HANDSHAKES_PER_ADDRESS
+from broker.testing.process import BrokerProcess, free_port
+from broker.testing.tls import make_ca
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,17 +15,16 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import AMPS
 import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from broker.testing.process import BrokerProcess
 
 from .conftest import SOW, TXLOG
-
-AMPS = pytest.importorskip("AMPS")
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -84,7 +84,7 @@ def test_xml_over_the_binary_data_mode(amps_js, ws_broker) -> None:
 def test_wss_on_a_tcps_websocket_transport(amps_js, tmp_path: Path) -> None:
     """A websocket transport of Type tcps serves wss:// (the TLS of tcps transports, then WebSocket)."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
+        pytest.skip("openssl is needed to make a test certificate: apt-get install openssl (.ci/run installs it)")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],

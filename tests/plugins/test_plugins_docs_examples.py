@@ -28,10 +28,6 @@ _FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 _SOURCE = re.compile(r"\]\(examples/([\w./-]+\.py)\)")
 _ELISION = re.compile(r"^\s*# \.\.\.\s*$", re.M)
 
-#: Sections whose examples are not files yet, by the hook in their heading, with who is on it. Their tests
-#: are expected to fail until then (not strict: they pass as soon as the file exists).
-_PENDING: dict[str, str] = {}
-
 
 @dataclass(frozen=True)
 class Block:
@@ -65,10 +61,8 @@ def blocks() -> list[Block]:
 
 
 def case(block: Block) -> Any:
-    """A test parameter; expected to fail in a section whose example file is pending."""
-    pending = next((why for hook, why in _PENDING.items() if hook in block.heading), None)
-    marks = [pytest.mark.xfail(reason=pending, strict=False)] if pending and block.source is None else []
-    return pytest.param(block, id=f"line{block.line}", marks=marks)
+    """A test parameter, named by the block's line on the page."""
+    return pytest.param(block, id=f"line{block.line}")
 
 
 def test_the_page_has_sourced_examples() -> None:

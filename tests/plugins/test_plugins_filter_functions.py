@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from broker.plugins import build_plugin_manager
 from broker.testing.process import BrokerProcess
 
@@ -21,7 +19,7 @@ def test_registers_its_functions_case_insensitively() -> None:
 
 
 def test_filters_with_the_functions_from_the_official_client(tmp_path: Path) -> None:
-    amps = pytest.importorskip("AMPS")
+    import AMPS as amps
     modules = f"<Module><Name>my-functions</Name><Library>{EXAMPLE}</Library></Module>"
     sow = ("<Topic><Name>people</Name><MessageType>json</MessageType><Key>/id</Key>"
            "<FileName>./sow/%n.sow</FileName></Topic>")

@@ -10,11 +10,10 @@ import time
 import urllib.error
 import urllib.request
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from tests.security.conftest import USERS, uri  # noqa: E402
+from tests.security.conftest import USERS, uri
 
 pytestmark = pytest.mark.timeout(60)
 

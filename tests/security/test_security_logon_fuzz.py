@@ -9,13 +9,12 @@ import socket
 import struct
 import time
 
+import AMPS
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-AMPS = pytest.importorskip("AMPS")
-
-from tests.security.conftest import USERS, uri  # noqa: E402
+from tests.security.conftest import USERS, uri
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -11,14 +11,12 @@ import time
 import urllib.error
 import urllib.request
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-pytest.importorskip("cryptography")
-
-from broker.security.plain_http import PlainHttpNotices  # noqa: E402
-from broker.testing.process import BrokerProcess, free_port  # noqa: E402
-from broker.testing.tls import make_ca  # noqa: E402
+from broker.security.plain_http import PlainHttpNotices
+from broker.testing.process import BrokerProcess, free_port
+from broker.testing.tls import make_ca
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,13 +8,12 @@ import signal
 import time
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.security.passwords import set_password  # noqa: E402
-from broker.testing.process import BrokerProcess, free_port  # noqa: E402
-from tests.security.conftest import ENTITLEMENTS, SECURE, USERS, uri  # noqa: E402
+from broker.security.passwords import set_password
+from broker.testing.process import BrokerProcess, free_port
+from tests.security.conftest import ENTITLEMENTS, SECURE, USERS, uri
 
 pytestmark = pytest.mark.timeout(60)
 

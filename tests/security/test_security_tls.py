@@ -10,13 +10,11 @@ import struct
 import time
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-pytest.importorskip("cryptography")
-
-from broker.testing.process import BrokerProcess, free_port  # noqa: E402
-from broker.testing.tls import make_ca  # noqa: E402
+from broker.testing.process import BrokerProcess, free_port
+from broker.testing.tls import make_ca
 
 pytestmark = pytest.mark.timeout(60)
 

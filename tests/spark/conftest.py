@@ -26,12 +26,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
-
-from broker.config.model import TransactionLogConfig  # noqa: E402
-from broker.spark.session import build_session  # noqa: E402
-from broker.txlog import JournalWriter  # noqa: E402
+from broker.config.model import TransactionLogConfig
+from broker.spark.session import build_session
+from broker.txlog import JournalWriter
 
 log = logging.getLogger("tests.spark")
 

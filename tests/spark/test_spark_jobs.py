@@ -13,13 +13,12 @@ import json
 import time
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.cli import main as broker_main  # noqa: E402
-from broker.testing.process import BrokerProcess  # noqa: E402
-from broker.txlog.cli import iter_records  # noqa: E402
+from broker.cli import main as broker_main
+from broker.testing.process import BrokerProcess
+from broker.txlog.cli import iter_records
 
 SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
   <FileName>./sow/%n.sow</FileName><Expiration>enabled</Expiration></Topic>"""

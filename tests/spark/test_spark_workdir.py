@@ -19,13 +19,12 @@ import sys
 import time
 from pathlib import Path
 
+import AMPS
 import pytest
 
-AMPS = pytest.importorskip("AMPS")
-
-from broker.cli import main as broker_main  # noqa: E402
-from broker.testing.process import BrokerProcess, config_xml, free_port  # noqa: E402
-from broker.txlog.cli import iter_records  # noqa: E402
+from broker.cli import main as broker_main
+from broker.testing.process import BrokerProcess, config_xml, free_port
+from broker.txlog.cli import iter_records
 
 KEYS = 20  # orders ids 0..19, each published twice
 EVENTS = 15

@@ -101,9 +101,6 @@ def test_dump_compressed_and_bad_arguments(open_writer: Callable[..., JournalWri
 
 
 def test_grep(open_writer: Callable[..., JournalWriter]) -> None:
-    expr = pytest.importorskip("broker.expr", reason="broker.expr (filters) is not available yet")
-    if not hasattr(expr, "compile_filter"):
-        pytest.skip("broker.expr.compile_filter is not written yet")
     w = open_writer("amps-1")
     _journal(w)
     out, err = io.StringIO(), io.StringIO()
@@ -117,7 +114,6 @@ def test_grep(open_writer: Callable[..., JournalWriter]) -> None:
 
 
 def test_grep_warns_only_about_publishes_it_cannot_parse(open_writer: Callable[..., JournalWriter]) -> None:
-    pytest.importorskip("broker.expr")
     w = open_writer("amps-1")
     _journal(w)
     w.append("expire", "orders", b"", sow_key="k1", timestamp_ns=T0 + 12 * 10**9)
