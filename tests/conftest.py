@@ -10,6 +10,7 @@ cannot install (Node, Chromium, a Java runtime, the bench's peer servers) skips,
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import tomllib
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from packaging.requirements import Requirement
 from selenium import webdriver
 
 from broker.admin import jsclient
+from broker.testing.process import keep_child_bytecode
 
 #: Where the npm ``amps`` client is installed, at its pinned version, on first use (ignored by git).
 NPM_CACHE = Path(__file__).parent / "node" / ".npm-cache"
@@ -53,6 +55,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if problems:
         raise pytest.UsageError(f"the test extra is not installed: {'; '.join(problems)}. "
                                 "Run: pip install -e '.[test]'")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Brokers, ``python -m broker`` commands and xdist workers started by the run keep their bytecode
+    (outside the tree) instead of compiling the package at every start: see ``keep_child_bytecode``."""
+    keep_child_bytecode(os.environ)
 
 
 @pytest.fixture(scope="session")
