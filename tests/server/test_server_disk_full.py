@@ -20,8 +20,6 @@ from broker.config import load_config
 from broker.protocol import CLOSED, NEED_DATA, Connection, decode_sow_batch, encode_frame
 from broker.server.kernel import Broker
 
-pytest.importorskip("broker.txlog.errors")  # the writer keeps records on ENOSPC from issue 13 on
-
 CONFIG = """<AMPSConfig><Name>disk-full</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
 </Transport></Transports>
