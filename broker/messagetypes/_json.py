@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -71,7 +71,7 @@ def depth_exceeds(data: bytes, limit: int) -> bool:
     return max(accumulate(memoryview(steps).cast("b")), default=0) > limit
 
 
-def _lazy_python(data: Any, max_depth: int, message_class: Any) -> Any:
+def _lazy_python(data: object, max_depth: int, message_class: type[JsonMessage]) -> JsonMessage | None:
     """``message_class(data)`` for a ``bytes`` body with at most ``max_depth`` brackets (``-1``: no bound), else
     ``None``: the reference for the compiled :func:`broker.speedups.jsonbody.lazy_message`."""
     if type(data) is not bytes:
@@ -125,14 +125,14 @@ def _loads(data: bytes) -> Any:
         raise MessageParseError("json", str(first)) from None
 
 
-def _dumps(doc: Any) -> bytes:
+def _dumps(doc: object) -> bytes:
     try:
         return orjson.dumps(doc)
     except TypeError:  # integers wider than 64 bits (kept exact by _loads) are beyond orjson
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -198,7 +198,7 @@ class JsonMessage(Message):
 
     __slots__ = ("_doc",)
 
-    def __init__(self, data: bytes, doc: Any = _UNPARSED) -> None:
+    def __init__(self, data: bytes, doc: object = _UNPARSED) -> None:
         # Attributes set inline rather than via super().__init__: one message is built per publish.
         self.data = data
         self.error = None

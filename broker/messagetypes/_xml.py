@@ -95,7 +95,7 @@ def parse_checked(data: bytes, limit: int) -> etree._Element:
     return root
 
 
-def _local_name(tag: Any) -> str | None:
+def _local_name(tag: object) -> str | None:
     if not isinstance(tag, str):
         return None  # comments, entities and processing instructions have callable tags
     return tag.rpartition("}")[2]
@@ -155,7 +155,7 @@ class XmlMessage(Message):
     __slots__ = ("_root",)
     typed_values = False
 
-    def __init__(self, data: bytes, root: Any = _UNPARSED) -> None:
+    def __init__(self, data: bytes, root: object = _UNPARSED) -> None:
         self.data = data
         self.error = None
         self._cache = {}

@@ -29,9 +29,10 @@ order) then found almost nothing (2.5% hits), as the generation turned over befo
 
 from __future__ import annotations
 
+import enum
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final, Literal
 
 from broker.config.model import DEFAULT_RECORD_CACHE_BYTES
 from broker.sow.storage import Snapshot, Storage
@@ -39,7 +40,15 @@ from broker.sow.storage import Snapshot, Storage
 #: Bytes counted per entry besides its key and value (the ordered dict's slot and links, the bytes headers).
 ENTRY_OVERHEAD = 100
 
-_MISS: Any = object()
+
+
+class _Miss(enum.Enum):
+    """The type of :data:`MISS` (an enum member: a sentinel mypy tells apart from a value)."""
+
+    MISS = "MISS"
+
+
+_MISS: Final = _Miss.MISS
 
 
 class CachedStorage(Storage):
@@ -162,7 +171,7 @@ class CachedStorage(Storage):
         self.misses += absent
         self.absent_known += absent
 
-    def cached(self, key: bytes) -> bytes | None | Any:
+    def cached(self, key: bytes) -> bytes | None | Literal[_Miss.MISS]:
         """The cached value of ``key`` (``None``: known to be absent), or :data:`MISS` when not cached."""
         value = self._lru.get(key, _MISS)
         return None if value is _MISS and self.complete else value
@@ -181,8 +190,7 @@ class CachedStorage(Storage):
         if value is not _MISS:
             self.hits += 1
             lru.move_to_end(key)
-            held: bytes | None = value
-            return held
+            return value
         self.misses += 1
         if self.complete:  # every record is held: this key has none
             self.absent_known += 1
@@ -304,7 +312,7 @@ def _empty(storage: Storage) -> bool:
         _close(records)
 
 
-def _close(records: Iterable[Any]) -> None:
+def _close(records: Iterable[object]) -> None:
     """Close an engine's scan iterator early (releases its snapshot or cursor) when it can be closed."""
     close = getattr(records, "close", None)
     if close is not None:

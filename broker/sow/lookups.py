@@ -61,7 +61,7 @@ def _number_texts(number: int | float) -> list[str]:
     return texts
 
 
-def key_spellings(value: Any) -> list[str]:
+def key_spellings(value: int | float | str | None) -> list[str]:
     """The key texts a record's field may hold when it equals the filter literal ``value``.
 
     Args:

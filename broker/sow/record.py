@@ -10,7 +10,6 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from broker import speedups
 from broker.protocol._header import dumps_flat
@@ -167,7 +166,7 @@ class WireRecords:
         #: seconds repeat across the scan rather than in runs.
         self._seconds: dict[int, bytes] = {}
 
-    def add(self, parts: list[bytes], rows: Sequence[tuple[Any, bytes, bytes, Any]]) -> None:
+    def add(self, parts: list[bytes], rows: Sequence[tuple[object, bytes, bytes, object]]) -> None:
         """Append each record's inner header and data to ``parts``.
 
         Args:
@@ -207,7 +206,7 @@ class WireRecords:
             del parts[start:]
             self._add_escaped(parts, rows)
 
-    def _add_escaped(self, parts: list[bytes], rows: Sequence[tuple[Any, bytes, bytes, Any]]) -> None:
+    def _add_escaped(self, parts: list[bytes], rows: Sequence[tuple[object, bytes, bytes, object]]) -> None:
         """:meth:`add` through the escaping JSON encoder (a field holds a quote, backslash or control byte)."""
         for _topic, key, value, _msg in rows:
             rec = SowRecord.decode(key.decode(), value)

@@ -10,7 +10,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.errors import CommandError
 from broker.sow.cache import CachedStorage
@@ -20,6 +20,9 @@ from broker.sow.lookups import lookup_keys
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot, Storage
 from broker.stats.snapshot import SowTopicStats
+
+if TYPE_CHECKING:
+    from broker.messagetypes import Message
 
 #: BatchSize above this is refused (AMPS caps batches the same way).
 MAX_BATCH_SIZE = 10_000
@@ -74,7 +77,7 @@ class SowTopic:
     _expiry_heap: list[tuple[int, str]] = field(default_factory=list)
 
     # -- keys ----------------------------------------------------------------------------------------
-    def key_for(self, message: Any, user_key: str | None) -> str:
+    def key_for(self, message: Message, user_key: str | None) -> str:
         """The SOW key of a message: generated from its content, or the publisher's ``k``.
 
         Raises:
@@ -84,7 +87,7 @@ class SowTopic:
             return self.key_generator.generate(message)
         return validate_user_key(user_key, topic=self.name)
 
-    def lookup_keys(self, predicate: Any) -> list[str] | None:
+    def lookup_keys(self, predicate: object) -> list[str] | None:
         """The keys a query with ``predicate`` needs to fetch, or ``None`` when it must scan.
 
         Args:
@@ -196,7 +199,7 @@ class SowTopic:
         for rec in removed:
             self.history.record(rec.key, (rec.expire_at_ns or now) if expired else now, None)
 
-    def delete_matching(self, predicate: Callable[[Any], bool] | None) -> tuple[int, list[SowRecord]]:
+    def delete_matching(self, predicate: Callable[[Message], bool] | None) -> tuple[int, list[SowRecord]]:
         """Delete every record whose message satisfies ``predicate`` (all when ``None``).
 
         Returns:
