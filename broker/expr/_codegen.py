@@ -261,7 +261,7 @@ class CodeGen:
         self._names: dict[Any, str] = {}
         self._count = 0
 
-    def bind(self, value: Any, prefix: str = "_c") -> str:
+    def bind(self, value: object, prefix: str = "_c") -> str:
         """A namespace name bound to ``value`` (shared for equal hashable constants)."""
         if value is None or value is True or value is False:
             return repr(value)

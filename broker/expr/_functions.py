@@ -39,29 +39,29 @@ class FunctionSpec:
     builtin: bool = True
 
 
-def _upper(s: Any) -> Any:
+def _upper(s: object) -> str | None:
     text = to_text(s)
     return None if text is None else text.upper()
 
 
-def _lower(s: Any) -> Any:
+def _lower(s: object) -> str | None:
     text = to_text(s)
     return None if text is None else text.lower()
 
 
-def _length(s: Any) -> Any:
+def _length(s: object) -> int | None:
     text = to_text(s)
     return None if text is None else len(text)
 
 
-def _concat(*parts: Any) -> Any:
+def _concat(*parts: Any) -> str | None:
     # NULL arguments contribute nothing (as in PostgreSQL's concat), so one missing field does not blank
     # a constructed string.
     out = "".join(t for t in (to_text(p) for p in parts) if t is not None)
     return out or None
 
 
-def _substr(s: Any, start: Any, length: Any = 1 << 62) -> Any:
+def _substr(s: object, start: object, length: object = 1 << 62) -> str | None:
     text = to_text(s)
     begin, count = to_number(start), to_number(length)
     if text is None or begin is None or count is None:
@@ -80,21 +80,21 @@ def _substr(s: Any, start: Any, length: Any = 1 << 62) -> Any:
     return text[index : index + count] or None
 
 
-def _instr(s: Any, sub: Any) -> Any:
+def _instr(s: object, sub: object) -> int | None:
     text, needle = to_text(s), to_text(sub)
     if text is None or needle is None:
         return None
     return text.find(needle) + 1
 
 
-def _instr_i(s: Any, sub: Any) -> Any:
+def _instr_i(s: object, sub: object) -> int | None:
     text, needle = to_text(s), to_text(sub)
     if text is None or needle is None:
         return None
     return text.lower().find(needle.lower()) + 1
 
 
-def _strequal_i(a: Any, b: Any) -> Any:
+def _strequal_i(a: object, b: object) -> bool | None:
     x, y = to_text(a), to_text(b)
     if x is None or y is None:
         return None
@@ -108,12 +108,12 @@ def _coalesce(*args: Any) -> Any:
     return None
 
 
-def _abs(x: Any) -> Any:
+def _abs(x: object) -> int | float | None:
     n = to_number(x)
     return None if n is None else abs(n)
 
 
-def _round(x: Any, digits: Any = 0) -> Any:
+def _round(x: object, digits: object = 0) -> int | float | None:
     n, d = to_number(x), to_number(digits)
     if n is None or d is None or d != d:
         return None
@@ -131,36 +131,36 @@ def _round(x: Any, digits: Any = 0) -> Any:
     return int(rounded) if d <= 0 else rounded
 
 
-def _ceiling(x: Any) -> Any:
+def _ceiling(x: object) -> int | float | None:
     n = to_number(x)
     if n is None or (n.__class__ is float and not math.isfinite(n)):
         return None
     return math.ceil(n)
 
 
-def _floor(x: Any) -> Any:
+def _floor(x: object) -> int | float | None:
     n = to_number(x)
     if n is None or (n.__class__ is float and not math.isfinite(n)):
         return None
     return math.floor(n)
 
 
-def _trim(s: Any) -> Any:
+def _trim(s: object) -> str | None:
     text = to_text(s)
     return None if text is None else text.strip() or None
 
 
-def _ltrim(s: Any) -> Any:
+def _ltrim(s: object) -> str | None:
     text = to_text(s)
     return None if text is None else text.lstrip() or None
 
 
-def _rtrim(s: Any) -> Any:
+def _rtrim(s: object) -> str | None:
     text = to_text(s)
     return None if text is None else text.rstrip() or None
 
 
-def _replace(s: Any, old: Any, new: Any) -> Any:
+def _replace(s: object, old: object, new: object) -> str | None:
     text, target, repl = to_text(s), to_text(old), to_text(new)
     if text is None or target is None:
         return None if text is None else text
@@ -171,7 +171,7 @@ def _now() -> float:
     return time.time()
 
 
-def _is_null_fn(x: Any) -> bool:
+def _is_null_fn(x: object) -> bool:
     return is_null(x)
 
 

@@ -54,7 +54,7 @@ class _Accumulator:
         self.best: Any = None
         self.distinct: set[Any] | None = set() if kind == "COUNT_DISTINCT" else None
 
-    def add(self, value: Any) -> None:
+    def add(self, value: object) -> None:
         value = scalar(value)
         if is_null(value):
             return

@@ -47,7 +47,7 @@ def str_to_number(text: str) -> int | float | None:
     return None
 
 
-def scalar(value: Any) -> Any:
+def scalar(value: object) -> Any:
     """The value an arithmetic operator or a function sees: an array's first element; NULL for an empty
     array, an empty string or a nested object."""
     while value.__class__ is list:
@@ -92,7 +92,7 @@ def to_text(value: Any) -> str | None:
     return None
 
 
-def is_null(value: Any) -> bool:
+def is_null(value: object) -> bool:
     """The ``IS NULL`` test: missing, JSON null, empty string, empty array."""
     return value is None or value == "" or (value.__class__ is list and not value)
 
@@ -187,12 +187,12 @@ def and3(*results: Pred) -> Pred:
     return None if unknown else True
 
 
-def _elements(value: Any) -> list[Any]:
+def _elements(value: object) -> list[Any]:
     return value if value.__class__ is list else [value]
 
 
 def _comparison(test: Callable[[int], bool]) -> Callable[[Any, Any], Pred]:
-    def op(a: Any, b: Any) -> Pred:
+    def op(a: object, b: object) -> Pred:
         if a.__class__ is list or b.__class__ is list:
             if a == [] or b == []:
                 return None
@@ -221,7 +221,7 @@ COMPARISONS: dict[str, Callable[[Any, Any], Pred]] = {
 }
 
 
-def in_(value: Any, items: tuple[Any, ...]) -> Pred:
+def in_(value: object, items: tuple[Any, ...]) -> Pred:
     """``value IN (items...)``: the OR of ``value = item`` over the items."""
     if value.__class__ is list:
         if not value:
@@ -230,7 +230,7 @@ def in_(value: Any, items: tuple[Any, ...]) -> Pred:
     return any3(eq(value, item) for item in items)
 
 
-def between(value: Any, low: Any, high: Any) -> Pred:
+def between(value: object, low: object, high: object) -> Pred:
     """``value BETWEEN low AND high`` (inclusive), any element of an array."""
     if value.__class__ is list:
         if not value:
@@ -239,7 +239,7 @@ def between(value: Any, low: Any, high: Any) -> Pred:
     return and3(ge(value, low), le(value, high))
 
 
-def like(value: Any, pattern: Regex) -> Pred:
+def like(value: object, pattern: Regex) -> Pred:
     """``value LIKE 'regex'``: a regular-expression search (unanchored), any element of an array."""
     if value.__class__ is list:
         if not value:
@@ -251,7 +251,7 @@ def like(value: Any, pattern: Regex) -> Pred:
     return pattern.search(text)
 
 
-def _affix(value: Any, items: tuple[Any, ...], starts: bool) -> Pred:
+def _affix(value: object, items: tuple[Any, ...], starts: bool) -> Pred:
     if value.__class__ is list:
         if not value:
             return None
@@ -269,12 +269,12 @@ def _affix(value: Any, items: tuple[Any, ...], starts: bool) -> Pred:
     return any3(results)
 
 
-def begins_with(value: Any, items: tuple[Any, ...]) -> Pred:
+def begins_with(value: object, items: tuple[Any, ...]) -> Pred:
     """``value BEGINS WITH (items...)``."""
     return _affix(value, items, True)
 
 
-def ends_with(value: Any, items: tuple[Any, ...]) -> Pred:
+def ends_with(value: object, items: tuple[Any, ...]) -> Pred:
     """``value ENDS WITH (items...)``."""
     return _affix(value, items, False)
 
@@ -287,25 +287,25 @@ def not3(value: Pred) -> Pred:
 # -- arithmetic: NULL in, NULL out; division or remainder by zero is NULL ---------------------------
 
 
-def add(a: Any, b: Any) -> Any:
+def add(a: object, b: object) -> int | float | None:
     """``a + b``."""
     x, y = to_number(a), to_number(b)
     return None if x is None or y is None else x + y
 
 
-def sub(a: Any, b: Any) -> Any:
+def sub(a: object, b: object) -> int | float | None:
     """``a - b``."""
     x, y = to_number(a), to_number(b)
     return None if x is None or y is None else x - y
 
 
-def mul(a: Any, b: Any) -> Any:
+def mul(a: object, b: object) -> int | float | None:
     """``a * b``."""
     x, y = to_number(a), to_number(b)
     return None if x is None or y is None else x * y
 
 
-def div(a: Any, b: Any) -> Any:
+def div(a: object, b: object) -> int | float | None:
     """``a / b``: exact integer quotients stay integers, others are floats."""
     x, y = to_number(a), to_number(b)
     if x is None or y is None or y == 0:
@@ -318,7 +318,7 @@ def div(a: Any, b: Any) -> Any:
         return None
 
 
-def mod(a: Any, b: Any) -> Any:
+def mod(a: object, b: object) -> int | float | None:
     """``a % b`` with the sign of the dividend (C semantics)."""
     x, y = to_number(a), to_number(b)
     if x is None or y is None or y == 0:
@@ -332,7 +332,7 @@ def mod(a: Any, b: Any) -> Any:
         return None
 
 
-def neg(a: Any) -> Any:
+def neg(a: object) -> int | float | None:
     """Unary minus."""
     x = to_number(a)
     return None if x is None else -x
