@@ -20,6 +20,23 @@ def frame(header: dict, body: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
+def wait_ack(sock: socket.socket, cid: str, timeout: float = 60.0) -> dict:
+    """Read frames from ``sock`` until the ack of the command ``cid``; returns its header (what a test waits
+    for before relying on that command having been applied: no sleep to guess it)."""
+    sock.settimeout(timeout)
+    buffer = b""
+    while True:
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = struct.unpack(">I", buffer[:4])[0]
+            header, _ = json.JSONDecoder().raw_decode(buffer[4:4 + size].decode())
+            buffer = buffer[4 + size:]
+            if header.get("c") == "ack" and header.get("cid") == cid:
+                return header
+        data = sock.recv(65536)
+        assert data, f"the broker closed the connection before acknowledging {cid!r}"
+        buffer += data
+
+
 def closed_within(sock: socket.socket, seconds: float) -> float | None:
     """Seconds until the broker closed ``sock`` (reading and discarding), or ``None`` if it stayed open."""
     start = time.monotonic()
@@ -156,14 +173,19 @@ def test_the_broker_wide_memory_limit_holds_with_half_sent_frames_and_slow_consu
             s.connect(("127.0.0.1", broker.port))
             s.sendall(frame({"c": "logon", "cid": "1", "client_name": f"slow-{i}", "mt": "json"}))
             s.sendall(frame({"c": "subscribe", "cid": "s", "t": "big", "sub_id": "s", "a": "processed"}))
+            assert wait_ack(s, "s")["status"] == "success"  # subscribed before the first publish
             slow.append(s)
-        time.sleep(0.5)
         reader = make_collector()
         client_factory(broker.uri).subscribe(reader, "big")
         publisher = client_factory(broker.uri)
         body = json.dumps({"pad": "y" * (1024 * 1024)})
-        for _ in range(150):  # 150 MB to each of 4 consumers that do not read
+        for sent in range(1, 151):  # 150 MB to each of 4 consumers that do not read
             publisher.publish("big", body)
+            # The reader keeps up: at most 10 MB behind, under the tenth of the limit past which a consumer may
+            # be shed (3 half-sent frames hold 180 of the 200 MB). Unpaced, a reader slowed by a loaded machine
+            # fell 20 MB behind and was rightly shed.
+            if sent % 10 == 0 and len(reader.wait_for(sent, timeout=60)) < sent:
+                break
         publisher.publish("big", '{"sentinel":1}')
         publisher.flush(20000)
         got = reader.wait_for(151, timeout=60)
@@ -201,6 +223,7 @@ def test_a_publisher_is_not_refused_for_consumers_that_stopped_reading(
         slow.connect(("127.0.0.1", broker.port))
         slow.sendall(frame({"c": "logon", "cid": "1", "client_name": "slow", "mt": "json"}))
         slow.sendall(frame({"c": "subscribe", "cid": "s", "t": "big", "sub_id": "s", "a": "processed"}))
+        assert wait_ack(slow, "s")["status"] == "success"  # subscribed before the first publish
         reader = make_collector()
         client_factory(broker.uri).subscribe(reader, "after")
         publisher = client_factory(broker.uri)
