@@ -136,7 +136,7 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _step(node: Any, name: str) -> Any:
+def _step(node: object, name: str) -> Any:
     if node.__class__ is dict:
         return node.get(name)
     if node.__class__ is list:
@@ -161,13 +161,13 @@ def _step(node: Any, name: str) -> Any:
     return None
 
 
-def _index(node: Any, index: int) -> Any:
+def _index(node: object, index: int) -> Any:
     if node.__class__ is list:
         return node[index] if index < len(node) else None
     return node if index == 0 else None
 
 
-def resolve(doc: Any, steps: tuple[PathStep, ...]) -> Any:
+def resolve(doc: object, steps: tuple[PathStep, ...]) -> Any:
     """Resolve parsed path steps against a decoded JSON document.
 
     Args:
@@ -272,7 +272,7 @@ def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _diff(old: Any, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
+def _diff(old: object, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     old_obj = old if old.__class__ is dict else {}
     for key, value in new.items():

@@ -132,7 +132,7 @@ class Header:
         """Return the fields that were set, canonical name to value, in wire order."""
         return {k: v for k, v in self.__dict__.items() if k != "extra"}
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: object = None) -> Any:
         """Return field ``name`` (canonical), or ``default`` when it was not set."""
         return self.__dict__.get(name, default) if name != "extra" else default
 
