@@ -147,6 +147,7 @@ def _state(port: int) -> dict[str, Any]:
 
 
 @needs_browser
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_console_in_chromium_draws_history_on_load_and_lists_journal_files_in_order(tmp_path: Path,
                                                                                      browser: Any) -> None:

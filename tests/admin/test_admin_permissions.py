@@ -232,6 +232,7 @@ def test_every_admin_path_for_every_identity(broker: BrokerProcess) -> None:
     assert broker.wait_exit(30) == 0, "the admin's stop request did not shut the broker down"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_console_shows_only_what_the_user_may_do(tmp_path: Path, start_chromium: Any) -> None:
     from selenium.webdriver.common.by import By

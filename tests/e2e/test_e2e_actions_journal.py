@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import AMPS
+import pytest
 
 from broker.testing.process import BrokerProcess
 from broker.txlog import FileState, JournalReader, list_files
@@ -87,6 +88,7 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> No
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_archive_and_compress_while_publishing_keep_every_message(
         tmp_path: Path, broker_factory: Callable[..., BrokerProcess], client_factory: Callable,
         make_collector: Callable) -> None:

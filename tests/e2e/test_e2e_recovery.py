@@ -152,6 +152,7 @@ def metric(admin_port: int, name: str) -> float:
     raise AssertionError(f"{name} not exported")
 
 
+@pytest.mark.slow
 def test_the_admin_port_shows_recovery_progress_before_the_client_port_opens(tmp_path: Path) -> None:
     """A SOW rebuilt from a long journal: while it is rebuilt (held mid-replay by the ``recovery-mid-replay``
     hold point, so the moment cannot pass unseen) the Admin port answers with the progress and the client port

@@ -166,6 +166,7 @@ def assert_every_acked_message_is_there(broker: BrokerProcess, acked: set[int]) 
     assert lost == [], f"{len(lost)} acknowledged messages missing from the SOW: {lost[:10]}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("stop", ["sigterm", "kill"])
 def test_a_restart_on_the_disk_the_broker_filled_starts_or_names_the_space_it_needs(
