@@ -32,12 +32,14 @@ PYPROJECT = Path(__file__).parents[1] / "pyproject.toml"
 
 
 def missing_test_requirements(pyproject: Path = PYPROJECT) -> list[str]:
-    """The requirements of ``pyproject``'s ``test`` extra that are not installed, or installed outside their
-    bounds, each as ``"requirement (what is installed)"``."""
+    """The requirements of ``pyproject``'s ``test`` extra (and of the extras they name, such as
+    ``redis[hiredis]``) that are not installed, or installed outside their bounds, each as
+    ``"requirement (what is installed)"``."""
     extra = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["optional-dependencies"]["test"]
+    pending = [Requirement(line) for line in extra]
     problems = []
-    for line in extra:
-        requirement = Requirement(line)
+    while pending:
+        requirement = pending.pop(0)
         try:
             version = importlib.metadata.version(requirement.name)
         except importlib.metadata.PackageNotFoundError:
@@ -45,6 +47,11 @@ def missing_test_requirements(pyproject: Path = PYPROJECT) -> list[str]:
             continue
         if not requirement.specifier.contains(version, prereleases=True):
             problems.append(f"{requirement} ({version} installed)")
+        for name in requirement.extras:  # what the extra adds, e.g. hiredis for redis[hiredis]
+            for line in importlib.metadata.requires(requirement.name) or ():
+                added = Requirement(line)
+                if added.marker is not None and added.marker.evaluate({"extra": name}):
+                    pending.append(added)
     return problems
 
 
