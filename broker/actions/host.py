@@ -8,7 +8,6 @@ thread.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from broker.actions.interface import ActionError, AdminHandler, AdminRequest
 from broker.engine.topics import TopicPattern
 from broker.errors import CommandError
 from broker.faults import fault_point
+from broker.logfiles import reopen_log_files
 
 if TYPE_CHECKING:
     from broker.server.kernel import Broker
@@ -195,11 +195,7 @@ class BrokerHost:
 
     def rotate_logs(self) -> list[str]:
         """Close and reopen the broker's log files; returns their paths (empty when it writes none)."""
-        try:
-            logfiles: Any = importlib.import_module("broker.logfiles")
-        except ModuleNotFoundError:
-            return []
-        return list(logfiles.reopen_log_files())
+        return list(reopen_log_files())
 
     # -- admin -----------------------------------------------------------------------------------------
     def add_admin_action(self, path: str, handler: AdminHandler, *, name: str, description: str,
