@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from broker.plugins import Registry
+    from broker.registry import Registry
 
 hookspec = pluggy.HookspecMarker("broker")
 

@@ -10,8 +10,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,7 +19,7 @@ import pluggy
 
 from broker import hookspecs
 from broker.errors import PluginError
-from broker.options import OptionSet
+from broker.registry import Registration, Registry
 
 ENTRY_POINT_GROUP = "broker"
 
@@ -33,93 +32,6 @@ KINDS = {
     "authentication module": "broker_register_authentication",
     "entitlement module": "broker_register_entitlements",
 }
-
-
-@dataclass(frozen=True)
-class Registration:
-    """One named factory and where it came from."""
-
-    name: str
-    factory: Any
-    plugin: str
-    source: str
-    description: str = ""
-    #: The options the factory accepts; ``None``: not declared (anything is passed through unchecked).
-    options: OptionSet | None = None
-
-
-class Registry:
-    """Named factories of one kind (key generators, storage engines, ...).
-
-    Plugins receive a view of it scoped to themselves and call :meth:`add`.
-    """
-
-    def __init__(self, kind: str, *, case_insensitive: bool = False) -> None:
-        self.kind = kind
-        self._case_insensitive = case_insensitive
-        self._entries: dict[str, Registration] = {}
-        self._plugin = "<unknown>"
-        self._source = ""
-
-    def _norm(self, name: str) -> str:
-        return name.upper() if self._case_insensitive else name
-
-    def add(self, name: str, factory: Any, *, description: str = "", options: OptionSet | None = None) -> None:
-        """Register ``factory`` under ``name``.
-
-        Args:
-            name: What the config names (``<Module>name</Module>``).
-            factory: Builds the object (see the hook that hands out this registry).
-            description: One line for ``broker plugins``.
-            options: The ``<Options>`` the factory accepts. Declared options are checked wherever the config
-                uses ``name`` (``broker check`` reports unknown, missing and unparsable options with file:line).
-
-        Raises:
-            PluginError: another plugin already registered ``name``.
-        """
-        key = self._norm(name)
-        if key in self._entries:
-            other = self._entries[key]
-            raise PluginError(
-                f"{self.kind} {name!r} is registered twice: by plugin {other.plugin!r} ({other.source}) "
-                f"and by plugin {self._plugin!r} ({self._source}). Uninstall or rename one of them."
-            )
-        self._entries[key] = Registration(name, factory, self._plugin, self._source, description, options)
-
-    def get(self, name: str, *, where: str = "") -> Any:
-        """The factory registered as ``name``.
-
-        Raises:
-            PluginError: nothing is registered under that name; the message lists what is installed.
-        """
-        try:
-            return self._entries[self._norm(name)].factory
-        except KeyError:
-            installed = ", ".join(sorted(e.name for e in self._entries.values())) or "none"
-            at = f" in {where}" if where else ""
-            raise PluginError(
-                f"Unknown {self.kind} {name!r}{at}. Installed: {installed}. "
-                "Is the plugin installed, or loaded in <Modules>?"
-            ) from None
-
-    def registration(self, name: str, *, where: str = "") -> Registration:
-        """The whole :class:`Registration` of ``name`` (factory, plugin, options).
-
-        Raises:
-            PluginError: nothing is registered under that name.
-        """
-        self.get(name, where=where)
-        return self._entries[self._norm(name)]
-
-    def __contains__(self, name: str) -> bool:
-        return self._norm(name) in self._entries
-
-    def __iter__(self) -> Iterator[Registration]:
-        return iter(sorted(self._entries.values(), key=lambda r: r.name))
-
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(r.name for r in self._entries.values())
 
 
 def _load_module(library: str, *, base_dir: Path | None = None) -> ModuleType:
@@ -323,7 +235,7 @@ def build_plugin_manager(modules: Iterable[tuple[str, str] | tuple[str, str, Map
     pm = PluginManager(entry_points=entry_points)
     for entry in modules:
         name, library = entry[0], entry[1]
-        options = entry[2] if len(entry) > 2 else None  # type: ignore[misc]
+        options = entry[2] if len(entry) > 2 else None
         pm.load_module(name, library, base_dir=base_dir, options=options)
     return pm.collect()
 

@@ -32,6 +32,7 @@ from broker import hookimpl, speedups
 from broker.errors import ConfigError, KeyGenerationError
 from broker.messagetypes import JsonMessage, top_level_name
 from broker.options import OptionSet
+from broker.registry import PURE_KEY_FIELDS
 from broker.sow.keys import KeyGenerator, KeySpec, validate_user_key  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
@@ -199,4 +200,5 @@ def broker_register_key_generators(registry: Registry) -> None:
         DefaultKeyGenerator,
         description="AMPS-style opaque key: 64-bit checksum over the key domain and the <Key> field values",
         options=OPTIONS,
+        capabilities={PURE_KEY_FIELDS},
     )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from broker import hookimpl
 from broker.errors import StorageError
 from broker.options import OptionSet
+from broker.registry import TRANSIENT
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 
 if TYPE_CHECKING:
@@ -246,4 +247,5 @@ def broker_register_storage_engines(registry: Registry) -> None:
         MemoryStorage,
         description="in-process dict with a sorted key index; nothing persists (Durability transient)",
         options=OPTIONS,
+        capabilities={TRANSIENT},
     )
