@@ -27,6 +27,8 @@ DEFAULT_LOGON_TIMEOUT = 10.0
 DEFAULT_SEQUENCE_JUMP_LIMIT = 1_000_000
 #: Bytes of client input and output buffers, all connections together, unless <TotalMessageMemoryLimit> is set.
 DEFAULT_TOTAL_MEMORY_LIMIT = 1024 * 1024 * 1024
+#: Seconds a shutdown drains clients unless <ShutdownTimeout> says otherwise.
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,9 @@ class Config:
     #: ``<AllowClientNameTakeover>`` (broker extension): with authentication, whether a logon under a client
     #: name another user holds disconnects that user (AMPS's behaviour) instead of being refused.
     allow_client_name_takeover: bool = False
+    #: ``<ShutdownTimeout>`` (broker extension): seconds a shutdown lets clients finish their commands and get
+    #: their persisted acks before the rest is cancelled.
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     #: ``<MaxFilterLength>`` (broker extension): the longest content filter accepted, in characters.
     max_filter_length: int = MAX_FILTER_LENGTH
     #: ``<MaxFilterDepth>`` (broker extension): the deepest nesting of a content filter accepted.

@@ -33,6 +33,7 @@ from broker.config.model import (
     DEFAULT_LOGON_TIMEOUT,
     DEFAULT_MAX_LOGON_SIZE,
     DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_SHUTDOWN_TIMEOUT,
     DEFAULT_TOTAL_MEMORY_LIMIT,
     ActionConfig,
     AdminConfig,
@@ -107,6 +108,7 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     reader.size(root, "ConfigCycleDetectionThreshold", default=0)
     reader.boolean(root, "ConfigValidation", True)
     takeover = reader.boolean(root, "AllowClientNameTakeover", False)
+    shutdown_timeout = reader.interval(root, "ShutdownTimeout", default=DEFAULT_SHUTDOWN_TIMEOUT)
 
     modules = _modules(reader, root, context)
     admin = _admin(reader, child(root, "Admin"), context)
@@ -119,13 +121,14 @@ def build_config(root: etree._Element, log: IssueLog) -> Config | None:
     actions = _actions(reader, root)
     logging_config = build_logging(reader, child(root, "Logging"))
     authentication, entitlement = _security(reader, root)
-    if name is None or total_memory is None or filter_length is None or filter_depth is None or takeover is None:
+    if name is None or total_memory is None or filter_length is None or filter_depth is None or takeover is None \
+            or shutdown_timeout is None:
         return None
     return Config(name=name, admin=admin, transports=transports, modules=modules, sow_topics=sow_topics,
                   transaction_log=transaction_log, actions=actions, logging=logging_config,
                   total_memory_limit=total_memory, authentication=authentication, entitlement=entitlement,
                   max_filter_length=filter_length, max_filter_depth=filter_depth,
-                  allow_client_name_takeover=takeover)
+                  allow_client_name_takeover=takeover, shutdown_timeout=shutdown_timeout)
 
 
 def _security(reader: Reader, el: etree._Element) -> tuple[PluginRef | None, PluginRef | None]:
