@@ -45,8 +45,8 @@ def _publish(broker: Any, client: RecordingClient, ids: list[int]) -> float:
         batch = [("t", doc(i).encode(), False, None, None, None, None) for i in ids[start:start + BATCH]]
         engine.publish_batch(client, batch)
         if start % (BATCH * 40) == 0:
-            broker.journal.sync()
-    broker.journal.sync()
+            broker.durability.journal.sync()
+    broker.durability.journal.sync()
     return time.perf_counter() - t0
 
 
@@ -54,7 +54,7 @@ def _case(label: str, loads: list[int], measured: list[int]) -> dict[str, Any]:
     import trio
 
     from broker.config import load_config
-    from broker.server.kernel import Broker
+    from broker.server.kernel import build_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-cache-"))
     try:
@@ -64,8 +64,8 @@ def _case(label: str, loads: list[int], measured: list[int]) -> dict[str, Any]:
         cwd = os.getcwd()
         os.chdir(work)
         try:
-            broker = Broker(load_config(work / "config.xml"))
-            client = RecordingClient(broker.message_type("json"), "bench-cache")  # no subscriber: sent nothing
+            broker = build_broker(load_config(work / "config.xml"))
+            client = RecordingClient(broker.services.message_type("json"), "bench-cache")  # no subscriber: sent nothing
             storage = broker.engine.sow_topics["t"].storage
             if loads:
                 _publish(broker, client, loads)

@@ -30,7 +30,7 @@ from broker.admin.amps_tree import AmpsTreeBuilder
 from broker.admin.console import ConsoleView
 from broker.config import load_config
 from broker.protocol import encode_frame
-from broker.server.kernel import Broker
+from broker.server.kernel import build_broker
 from broker.stats.collector import make_registry
 from broker.testing.process import config_xml, free_port
 
@@ -61,13 +61,13 @@ async def _run(args: argparse.Namespace, directory: Path) -> dict[str, list[floa
             f"<FileName>{directory}/sow/%n.sow</FileName></Topic>",
         transaction_log=f"<JournalDirectory>{directory}/journal</JournalDirectory>"
                         "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"))
-    broker = Broker(load_config(path))
+    broker = build_broker(load_config(path))
     times: dict[str, list[float]] = {"sample": [], "amps tree": [], "metrics": [], "console": []}
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
         started = time.perf_counter()
         streams = await _clients(port, args.clients)
-        while len(broker.sessions) < args.clients or sum(1 for _ in broker.engine.router.subscriptions()) < args.clients:
+        while len(broker.clients) < args.clients or sum(1 for _ in broker.engine.router.subscriptions()) < args.clients:
             await trio.sleep(0.05)
         print(f"{len(streams)} clients logged on and subscribed in {time.perf_counter() - started:.1f}s")
         tree = AmpsTreeBuilder(interval=10.0)

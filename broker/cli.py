@@ -18,11 +18,9 @@ from typing import Any
 from broker import __version__
 from broker.config.model import LoggingConfig
 from broker.errors import BrokerError, ConfigError, ConfigIssue
+from broker.registry import TRANSIENT
 
 log = logging.getLogger("broker")
-
-#: Seconds a graceful shutdown may take before the kernel cancels what is left.
-SHUTDOWN_DEADLINE = 10.0
 
 
 def _setup_logging(level: str, config_logging: LoggingConfig | None = None) -> None:
@@ -128,7 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from broker.server.gctuning import tune_garbage_collector
     from broker.server.gilswitch import tune_switch_interval
-    from broker.server.kernel import Broker
+    from broker.server.kernel import open_broker
     from broker.server.pauses import install_from_environment, uninstall
 
     config = _load(args.config)
@@ -138,23 +136,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         pauses = install_from_environment()  # BROKER_PAUSE_LOG_MS: who holds the event loop (latency tails)
-        broker = Broker(config, defer_recovery=True)  # serve() recovers in a thread while the Admin port answers
-        tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
         tune_switch_interval()  # the loop gets the GIL back from query threads within 1 ms
         # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
         # opens later, inside) takes SIGHUP over while it runs, as an explicit AMPS action does.
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(broker.serve)
+            # open_broker recovers in a thread while the Admin port answers; leaving it drains the clients
+            # (at most <ShutdownTimeout>), then closes the journal and the stores.
+            async with open_broker(config) as broker:
+                tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
                 log.info("broker %s ready (instance %s; %s)", __version__, config.name, _compiled_summary())
                 reason = await _wait_for_stop(signals, broker)
-                log.info("%s, shutting down", reason)
+                log.info("%s, shutting down: draining clients (at most %gs)", reason, config.shutdown_timeout)
                 async with trio.open_nursery() as stopping:  # a second signal stops waiting for the actions
                     stopping.start_soon(_cancel_on_signal, signals, stopping.cancel_scope)
                     await broker.shutdown_actions()
                     stopping.cancel_scope.cancel()
-                nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_DEADLINE
-                nursery.cancel_scope.cancel()
         uninstall(pauses)
         log.info("broker stopped")
 
@@ -248,15 +244,15 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for topic in config.sow_topics:
         chosen = resolved.topics[topic.name]
         print(f"  {topic.name}")
-        show("storage engine", chosen.storage,
-             f" at {topic.file_name}" if topic.file_name and chosen.storage.name != "memory" else "")
+        in_files = TRANSIENT not in chosen.storage.registration.capabilities
+        show("storage engine", chosen.storage, f" at {topic.file_name}" if topic.file_name and in_files else "")
         if chosen.key_generator is None:
             print("    key generator: none (publishers send the SowKey)")
         else:
             show("key generator", chosen.key_generator)
         if topic.history is not None:
             where = (f" in {chosen.storage.name} at {topic.file_name}.history"
-                     if topic.file_name and chosen.storage.name != "memory" else f" in {chosen.storage.name}")
+                     if topic.file_name and in_files else f" in {chosen.storage.name}")
             print(f"    history: Window {_interval(topic.history.window)}, Granularity "
                   f"{_interval(topic.history.granularity)}{where}")
     return 0

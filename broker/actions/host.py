@@ -1,4 +1,4 @@
-""":class:`BrokerHost`: the :class:`~broker.actions.interface.ActionHost` over the kernel's ``Broker``.
+"""":class:`BrokerHost`: the :class:`~broker.actions.interface.ActionHost` over the broker's services.
 
 Everything an action module asks of the broker goes through here, on the trio thread, between two engine
 steps (so a SOW delete is as atomic as a client's). Blocking work (storage compaction) runs in a worker
@@ -26,7 +26,9 @@ from broker.faults import fault_point
 from broker.logfiles import reopen_log_files
 
 if TYPE_CHECKING:
-    from broker.server.kernel import Broker
+    from broker.config.model import Config
+    from broker.engine.engine import Engine
+    from broker.txlog import JournalWriter
 
 __all__ = ["BrokerHost", "admin_path", "check_delete_filter", "local_zone", "match_sow_topics"]
 
@@ -113,14 +115,26 @@ class BrokerHost:
     """The broker, as action modules see it.
 
     Args:
-        broker: The kernel's ``Broker``.
+        config: The broker's configuration.
+        engine: SOW topics and deletes.
+        journal: Returns the journal writer (``None`` without a transaction log).
+        admin_actions: The Admin server's actions by path (``amps-action-on-admin`` adds to it).
+        reload_security: Re-reads the security modules' files; returns a summary
+            (:meth:`broker.server.security_reload.SecurityReload.reload`).
+        request_stop: Begins a clean shutdown with a reason.
         clock: Returns the wall-clock time, timezone-aware (default: now, in :func:`local_zone`). Tests pass
             one driven by trio's clock.
     """
 
-    def __init__(self, broker: Broker, *, clock: Callable[[], dt.datetime] | None = None) -> None:
-        self._broker = broker
-        config = broker.config
+    def __init__(self, *, config: Config, engine: Engine, journal: Callable[[], JournalWriter | None],
+                 admin_actions: dict[str, Any], reload_security: Callable[[str], str],
+                 request_stop: Callable[[str], None], clock: Callable[[], dt.datetime] | None = None) -> None:
+        self._config = config
+        self._engine = engine
+        self._journal = journal
+        self._admin_actions = admin_actions
+        self._reload_security = reload_security
+        self._request_stop = request_stop
         self.instance_name: str = config.name
         txlog = config.transaction_log
         self.journal_directory: Path | None = Path(txlog.journal_directory) if txlog else None
@@ -140,7 +154,7 @@ class BrokerHost:
     # -- SOW -------------------------------------------------------------------------------------------
     def sow_topics(self) -> Sequence[tuple[str, str]]:
         """``(topic, message type)`` of every SOW topic, in config order."""
-        return [(name, t.message_type.name) for name, t in self._broker.engine.sow_topics.items()]
+        return [(name, t.message_type.name) for name, t in self._engine.sow_topics.items()]
 
     def _matching(self, topic: str, message_type: str | None) -> list[str]:
         return match_sow_topics(topic, message_type, self.sow_topics())
@@ -156,7 +170,7 @@ class BrokerHost:
         Raises:
             ActionError: no SOW topic matches, the filter is empty, or it does not compile.
         """
-        engine = self._broker.engine
+        engine = self._engine
         check_delete_filter(filter_text, engine.compile_filter)  # all or nothing: a bad filter deletes nothing
         return {name: engine.delete_by_filter(name, filter_text)[1]
                 for name in self._matching(topic, message_type)}
@@ -168,16 +182,16 @@ class BrokerHost:
         Raises:
             ActionError: ``topic`` matches no SOW topic.
         """
-        names = list(self._broker.engine.sow_topics) if topic is None else self._matching(topic, message_type)
+        names = list(self._engine.sow_topics) if topic is None else self._matching(topic, message_type)
         for name in names:
-            storage = self._broker.engine.sow_topics[name].storage
+            storage = self._engine.sow_topics[name].storage
             await trio.to_thread.run_sync(_compact, storage)
         return names
 
     # -- journal, lifecycle, logs ---------------------------------------------------------------------
     def journal_writer_index(self) -> int | None:
         """The index of the journal file being written (``None`` without a journal)."""
-        journal = self._broker.journal
+        journal = self._journal()
         if journal is None:
             return None
         from broker.txlog.files import parse_name
@@ -187,11 +201,12 @@ class BrokerHost:
 
     def request_shutdown(self, reason: str) -> None:
         """Begin a clean shutdown, as SIGTERM does (on-shutdown actions run, the journal is synced)."""
-        self._broker.request_stop(reason)
+        self._request_stop(reason)
 
     def reload_security(self, kind: str) -> str:
-        """Re-read the security modules' files (:meth:`Broker.reload_security`)."""
-        return self._broker.reload_security(kind)
+        """Re-read the security modules' files (:meth:`SecurityReload.reload
+        <broker.server.security_reload.SecurityReload.reload>`)."""
+        return self._reload_security(kind)
 
     def rotate_logs(self) -> list[str]:
         """Close and reopen the broker's log files; returns their paths (empty when it writes none)."""
@@ -213,11 +228,11 @@ class BrokerHost:
         except ValueError as exc:
             raise ActionError(f"Path {exc}") from None
         key = f"actions/{path}"
-        actions = self._broker.admin_actions
+        actions = self._admin_actions
         if key in actions:
             raise ActionError(f"Path {path!r} is already served by another action; give each "
                               "amps-action-on-admin its own Path")
-        if self._broker.config.admin is None:
+        if self._config.admin is None:
             log.warning("action %r (Path %s): no <Admin> is configured, so it cannot be requested; add "
                         "<Admin><InetAddr>8085</InetAddr></Admin> to serve /amps/administrator/%s",
                         name, path, key)

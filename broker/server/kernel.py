@@ -1,189 +1,184 @@
-"""The kernel: builds a broker from its config and runs it as one trio nursery tree.
+"""The kernel: builds a broker's services from its config, opens them, serves, and drains.
 
-Lifecycle (hypercorn-style nesting): resources (plugins, action modules, storage, journal) are opened first,
-then side tasks (journal syncer, expiration sweeper, admin server), then the transports' listeners, then the
-action triggers (so ``amps-action-on-startup`` runs as the last step of start-up), each reporting
-``task_status.started``.
+:func:`open_broker` is the way to run a broker (``broker serve`` and in-process tests)::
 
-Stopping: :meth:`Broker.shutdown_actions` runs the ``amps-action-on-shutdown`` actions while everything
-still serves (the CLI calls it on SIGTERM/SIGINT/SIGHUP or :meth:`Broker.request_stop`, then cancels).
-Cancelling the tree stops accepting and closes clients; the ``serve`` finally then runs the shutdown
-actions if nobody did (shielded, with a deadline: the engine and the journal still work), syncs and closes
-the journal and closes storage.
+    async with open_broker(config) as broker:
+        ...  # serving: broker.addresses, broker.admin_port
+    # drained and closed here
+
+Lifecycle (hypercorn-style nesting, see docs/design.md):
+
+1. :class:`Broker` is constructed without I/O: the services that hold no files (counters, the client registry,
+   the replay registry, durability with its journal still closed).
+2. :meth:`Broker.open` (blocking, logged step by step): plugins and security modules, the journal (its directory
+   lock refuses a second broker before any SOW store is opened), the SOW topics, the engine, the actions.
+3. :meth:`Broker.serve`: the Admin server first (it shows recovery's progress), then start-up recovery in a
+   worker thread, then the journal syncer and maintenance, then a nursery for the connections and, beside it,
+   the transports' listeners, then the action triggers (``amps-action-on-startup`` runs last); reports
+   ``task_status.started(addresses)``.
+4. :meth:`Broker.drain` (on leaving :func:`open_broker`): the on-shutdown actions run while everything still
+   serves; the listeners stop accepting; every session stops reading at its next command boundary, lets the
+   commands it is running finish and its persisted acks go out, then closes with a reason; at the
+   ``<ShutdownTimeout>`` whatever is left is cancelled.
+5. :meth:`Broker.aclose`: the journal is synced and closed, storage closed, and a clean stop recorded.
+
+Layer (see ``tests/server/test_server_layering.py`` and :mod:`broker.server.services`): the top of
+``broker/server``; nothing in ``broker/server`` imports it. It hands each collaborator the services it needs,
+never itself.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 import time
-from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from broker import __version__
 from broker.actions.host import BrokerHost
 from broker.actions.runtime import ActionRuntime
-from broker.config.model import Config, SowTopicConfig
-from broker.engine.acks import PERSISTED_ONLY
+from broker.config.model import DEFAULT_SHUTDOWN_TIMEOUT, Config, SowTopicConfig
 from broker.engine.engine import Engine
-from broker.engine.router import Subscription
-from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, ConfigError
 from broker.expr import FilterStatistics, compile_filter, compile_order_by
-from broker.memo import Memo
 from broker.messagetypes import get_message_type
-from broker.plugin_config import resolve_plugins
+from broker.plugin_config import ResolvedPlugins, resolve_plugins
 from broker.plugins import PluginManager, build_plugin_manager
+from broker.registry import PURE_KEY_FIELDS, TRANSIENT
 from broker.security.runtime import SecurityRuntime
-from broker.server.client_names import ClientNames
+from broker.server.client_registry import ClientRegistry
 from broker.server.counters import BrokerCounters
-from broker.server.outbound import MemoryBudget
+from broker.server.durability import Durability
+from broker.server.maintenance import Maintenance
 from broker.server.recovery import RecoveryProgress, RecoveryReport, mark_clean, recover, state_path
+from broker.server.replay_registry import ReplayRegistry
+from broker.server.security_reload import SecurityReload
+from broker.server.services import SessionServices
+from broker.server.statistics_assembly import StatisticsAssembly, StatisticsSources
+from broker.server.transport import serve_transport
 from broker.sow.cache import CachedStorage
-from broker.sow.history import PRUNE_SLICE, History
+from broker.sow.history import History
 from broker.sow.keys import KeySpec
 from broker.sow.storage import StorageSpec
 from broker.sow.topic import SowTopic
 from broker.stats.histogram import Histogram
-from broker.stats.snapshot import (
-    BrokerSnapshot,
-    ClientStats,
-    ConnectionsClosed,
-    Counters,
-    FilterErrors,
-    HistogramSnapshot,
-    InstanceInfo,
-    JournalFileInfo,
-    JournalFiles,
-    JournalStats,
-    MemoryStats,
-    OofTotals,
-    PublishesRefused,
-    RecoveryStats,
-    SubscriptionCounts,
-    SubscriptionInfo,
-    TopicFlow,
-)
-from broker.txlog import JournalWriter
-
-try:
-    from broker.txlog.errors import JournalFullError
-except ImportError:  # pragma: no cover - the journal writer raises it from the issue-13 change on
-    from broker.errors import JournalError as _JournalError
-
-    class JournalFullError(_JournalError):  # type: ignore[no-redef]
-        """Stand-in until :mod:`broker.txlog` has it: the journal's disk is full (ENOSPC/EDQUOT)."""
+from broker.stats.snapshot import BrokerSnapshot
 
 log = logging.getLogger("broker")
 
 #: The version string sent in logon acks (the client parses dotted parts of at most two digits).
 WIRE_VERSION = "5.3.4.0"
-
-#: Consumers with fewer bytes queued are never offlined for the broker-wide memory limit (input buffers,
-#: refused frame by frame, are not a consumer's doing).
-SHED_MIN_BYTES = 64 * 1024
-
 #: Seconds the on-shutdown actions may take before the broker stops without them.
 SHUTDOWN_ACTIONS_DEADLINE = 30.0
-#: Subscriptions listed (client, topic, filter) in a statistics snapshot (the web console's client view).
-SUBSCRIPTION_DETAILS = 1000
-#: Journal files listed by name and state in a snapshot (the newest ones).
-JOURNAL_FILES_LISTED = 200
-#: Client rows built between two looks at the clock when the Admin server samples statistics (about 1 ms).
-STATISTICS_SLICE = 200
-#: Event-loop time a statistics sample takes before it yields (issue 33): under load every yield waits a whole
-#: loop turn (0.2 s with 2,000 busy subscribers), so a checkpoint per slice made a 2 s interval last 4 s.
-STATISTICS_STEP_SECONDS = 0.005
+#: How often a drain looks whether every session has closed.
+DRAIN_POLL_SECONDS = 0.01
 
 
 class Broker:
-    """A configured broker instance: engine, sessions, counters.
+    """A configured broker: its services, and the lifecycle that opens, serves and drains them.
+
+    Construct it (no I/O), then run it with :func:`open_broker`; tools and tests that need a broker's state
+    without serving use :func:`build_broker`.
 
     Args:
         config: The loaded configuration.
-        plugins: A collected plugin manager (built from the config's ``<Modules>`` when omitted).
-        defer_recovery: Leave start-up recovery of the SOW (:mod:`.recovery`) to :meth:`serve`, which runs
-            it in a worker thread while the Admin server already answers (``broker serve`` does). By
-            default the constructor recovers, so a broker used without serving (tests, tools) is consistent.
+        plugins: A collected plugin manager (built from the config's ``<Modules>`` by :meth:`open` when omitted).
     """
 
-    def __init__(self, config: Config, plugins: PluginManager | None = None, *, defer_recovery: bool = False) -> None:
+    #: Set by :meth:`open`.
+    engine: Engine
+    security: SecurityRuntime
+    resolved: ResolvedPlugins
+    plugins: PluginManager
+    security_reload: SecurityReload
+    action_host: BrokerHost
+    actions: ActionRuntime
+    maintenance: Maintenance
+    services: SessionServices
+    stats: StatisticsAssembly
+
+    def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
         self.config = config
         self.version = WIRE_VERSION
         self.start_time = time.time()
+        self._given_plugins = plugins
+        #: The broker's own totals (named fields: a misspelt counter is an AttributeError).
+        self.counters = BrokerCounters()
+        txlog = config.transaction_log
+        #: The journal, group commit and persisted acks (the journal opens in :meth:`open`).
+        self.durability = Durability(txlog, config.name, self.counters)
+        #: The connected clients, their names and the memory budget.
+        self.clients = ClientRegistry(config.total_memory_limit,
+                                      txlog.inactive_client_ack_expiration if txlog is not None else 0.0)
+        #: The bookmark replays running.
+        self.replays: ReplayRegistry[Any] = ReplayRegistry()
+        self.latency = Histogram()
+        #: Every filter's evaluation and plugin-function errors, counted together (Prometheus).
+        self.filter_errors = FilterStatistics()
+        #: Administrator actions served by the Admin server (``amps-action-on-admin`` adds to it).
+        self.admin_actions: dict[str, Any] = {}
+        #: Set by :meth:`request_stop` (an action asked for a clean shutdown); the CLI waits on it.
+        self.stop_requested = trio.Event()
+        self.stop_reason = ""
+        #: What start-up recovery did (``None`` without a transaction log, or before it ran); see :mod:`.recovery`.
+        self.recovery: RecoveryReport | None = None
+        #: How far start-up recovery got (the Admin server shows it while the client transports wait).
+        self.recovery_progress = RecoveryProgress()
+        self.admin_port: int | None = None
+        #: The websocket transports' names and bound ports (the web console's query panel connects to one).
+        self.websocket_endpoints: list[dict[str, Any]] = []
+        self.addresses: list[tuple[str, int]] = []
+        self._opened = False
+        self._recovered = False
+        self._serving = False
+        self._without_storage: set[str] = set()
+        #: The listeners' nursery (cancelled first on drain) and the connections' one.
+        self._listeners: trio.Nursery | None = None
+
+    # -- opening -----------------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open everything the broker keeps (blocking I/O, once): plugins and security modules, the journal
+        (its directory lock refuses a second broker), the SOW stores, the engine and the actions.
+
+        Raises:
+            BrokerError: a plugin, a module file, the journal or a store cannot be opened (a
+                :class:`ConfigError` names the element).
+        """
+        if self._opened:
+            return
+        config = self.config
         base = Path(config.source).parent if config.source else Path.cwd()
-        self.plugins = plugins or build_plugin_manager(
-            [(m.name, m.library, m.options) for m in config.modules], base_dir=base
-        )
+        self.plugins = self._given_plugins or build_plugin_manager(
+            [(m.name, m.library, m.options) for m in config.modules], base_dir=base)
         #: The config's plugin choices (key generators, storage engines, actions) with their options.
         self.resolved = resolve_plugins(config, self.plugins)
         for warning in self.resolved.warnings:
             log.warning("%s", warning)
         assert self.resolved.security is not None
-        #: Authentication and entitlement modules per transport, the audit log and its counters.
         self.security = SecurityRuntime(config, self.resolved.security)
-        #: Administrator actions served by the Admin server (``amps-action-on-admin`` adds to it).
-        self.admin_actions: dict[str, Any] = {
-            f"authorization/{kind}/reset": partial(self._reset_security, kind)
-            for kind in ("authentication", "entitlement")
-        }
-        #: Set by :meth:`request_stop` (an action asked for a clean shutdown); the CLI waits on it.
-        self.stop_requested = trio.Event()
-        self.stop_reason = ""
-        #: What action modules may ask of the broker, and the actions (every factory is called here).
-        self.action_host = BrokerHost(self)
-        self.actions = ActionRuntime(self.resolved.actions, self.action_host)
-        self._serving = False
-        self.message_type = get_message_type
-        self.sessions: set[Any] = set()
-        #: Client buffers of all connections against ``<TotalMessageMemoryLimit>``.
-        self.memory = MemoryBudget(config.total_memory_limit)
-        #: Logged-on sessions by client name: a second logon under a name disconnects the first.
-        self.sessions_by_name: dict[str, Any] = {}
-        #: Who holds each client name: with authentication, another user's logon under it is refused (a
-        #: name stays its user's for the de-duplication window, <InactiveClientAckExpiration>).
-        txlog = config.transaction_log
-        self.client_names = ClientNames(txlog.inactive_client_ack_expiration if txlog is not None else 0.0)
-        #: The broker's own totals (named fields: a misspelt counter is an AttributeError).
-        self.counters = BrokerCounters()
-        self.latency = Histogram()
-        #: Every filter's evaluation and plugin-function errors, counted together (Prometheus).
-        self.filter_errors = FilterStatistics()
-        self.journal: Any = None
-        self._durable_waiters: deque[tuple[int, Any, Mapping[str, Any], str | None]] = deque()
-        #: Set when records are appended that the syncer has not covered; made in serve().
-        self._journal_dirty: trio.Event | None = None
-        #: Set (and replaced) after every sync.
-        self._synced: trio.Event | None = None
-        #: The highest sequence a caller of :meth:`wait_durable` waited for (until it is durable, the syncer
-        #: syncs at once, not at FlushInterval).
-        self._sync_wanted = 0
-        self._logged_patterns: list[re.Pattern[str]] = []
-        #: Topic -> whether it is logged (topics are unbounded; a bounded memo).
-        self._logged: Memo[str, bool] = Memo(self._matches_logged, 100_000)
-        functions = {r.name: r.factory for r in self.plugins.filter_functions}
+        self.security_reload = SecurityReload(self.security, self.clients, self.counters)
+        for kind in ("authentication", "entitlement"):
+            self.admin_actions[f"authorization/{kind}/reset"] = partial(self.security_reload.reset, kind)
         missing = {t.name for t in config.sow_topics if t.file_name and t.durability != "transient"
                    and not Path(t.file_name).exists()}
+        self._without_storage = missing | {t.name for t in config.sow_topics if t.durability == "transient"}
         # The journal first: its directory lock refuses a second broker before any SOW store is opened.
-        self._open_journal()
+        journal = self.durability.open()
+        if journal is not None:
+            log.info("journal opened at %s (last sequence %d)", journal.journal_directory, journal.last_sequence)
+            directory = self.durability.directory()
+            assert directory is not None
+            self.clients.load_names(ClientRegistry.names_path(directory, config.name))
         try:
             topics = {t.name: self._build_topic(t) for t in config.sow_topics}
         except BaseException:
-            if self.journal is not None:
-                self.journal.close()  # release the directory lock: nothing was appended
+            self.durability.close(sync=False)  # release the directory lock: nothing was appended
             raise
-        #: What start-up recovery did (``None`` without a transaction log, or before it ran); see :mod:`.recovery`.
-        self.recovery: RecoveryReport | None = None
-        #: How far start-up recovery got (the Admin server shows it while the client transports wait).
-        self.recovery_progress = RecoveryProgress()
-        self._recovered = False
-        self._without_storage = missing | {t.name for t in config.sow_topics if t.durability == "transient"}
+        functions = {r.name: r.factory for r in self.plugins.filter_functions}
         self.engine = Engine(
             sow_topics=topics,
             message_types=get_message_type,
@@ -191,8 +186,8 @@ class Broker:
                                    max_depth=config.max_filter_depth, totals=self.filter_errors),
             compile_order_by=compile_order_by,
             filter_functions=functions,
-            journal=self.journal,
-            is_logged=self.is_logged,
+            journal=journal,
+            is_logged=self.durability.is_logged,
             latency=self.latency,
             stats_topics=frozenset(topics) | frozenset(
                 t.name for t in (config.transaction_log.topics if config.transaction_log else ())
@@ -200,14 +195,23 @@ class Broker:
         )
         if config.transaction_log is not None:
             self.engine.publisher_expiration_ns = int(config.transaction_log.inactive_client_ack_expiration * 1e9)
-        self.replays_active = 0
-        self.replays: dict[tuple[Any, str], Any] = {}
-        self.admin_port: int | None = None
-        #: The websocket transports' names and bound ports (the web console's query panel connects to one).
-        self.websocket_endpoints: list[dict[str, Any]] = []
-        self.addresses: list[tuple[str, int]] = []
-        if not defer_recovery:
-            self.recover_storage()
+        #: What action modules may ask of the broker, and the actions (every factory is called here).
+        durability = self.durability
+        self.action_host = BrokerHost(config=config, engine=self.engine, journal=lambda: durability.journal,
+                                      admin_actions=self.admin_actions, reload_security=self.security_reload.reload,
+                                      request_stop=self.request_stop)
+        self.actions = ActionRuntime(self.resolved.actions, self.action_host)
+        self.maintenance = Maintenance(self.engine, topics.values())
+        self.services = SessionServices(
+            config=config, version=self.version, engine=self.engine, durability=self.durability,
+            clients=self.clients, replays=self.replays, security=self.security, counters=self.counters,
+            message_type=get_message_type, websocket_hint=self.websocket_hint)
+        self.stats = StatisticsAssembly(StatisticsSources(
+            config=config, start_time=self.start_time, engine=self.engine, counters=self.counters,
+            clients=self.clients, durability=self.durability, replays=self.replays, security=self.security,
+            filter_errors=self.filter_errors, latency=self.latency, recovery=self.recovery_progress,
+            actions=self.actions.statistics))
+        self._opened = True
 
     def recover_storage(self) -> RecoveryReport | None:
         """Start-up recovery (:func:`.recovery.recover`), once: every logged SOW topic is made to equal its
@@ -222,18 +226,22 @@ class Broker:
             return self.recovery
         progress = self.recovery_progress
         progress.in_progress = True
+        began = time.perf_counter()
         try:
             topics = self.engine.sow_topics
             self._load_record_caches()
-            if self.journal is not None:
-                self.recovery = recover(self.journal, topics, self.is_logged, without_storage=self._without_storage,
-                                        progress=progress)
+            journal = self.durability.journal
+            if journal is not None:
+                log.info("recovery: checking %d SOW topics against the journal", len(topics))
+                self.recovery = recover(journal, topics, self.durability.is_logged,
+                                        without_storage=self._without_storage, progress=progress)
             for topic in topics.values():
                 if topic.default_expiration is not None:
                     topic.rebuild_expiry_index()
             self._recovered = True
         finally:
             progress.in_progress = False
+        log.info("recovery done in %.2fs", time.perf_counter() - began)
         return self.recovery
 
     def _load_record_caches(self) -> None:
@@ -251,7 +259,6 @@ class Broker:
                          cache.held_bytes / 2**20, time.perf_counter() - began,
                          "the whole topic" if cache.complete else "RecordCacheMemoryLimit holds no more")
 
-    # -- construction --------------------------------------------------------------------------------
     def _build_topic(self, cfg: SowTopicConfig) -> SowTopic:
         where = f"SOW Topic {cfg.name!r} ({cfg.where})"
         try:
@@ -271,15 +278,17 @@ class Broker:
             except BrokerError as exc:
                 raise ConfigError(f"{where}: key generator {name!r} refused its options: {exc}") from None
         engine_name = chosen.storage.name
+        # A transient engine keeps nothing in files: it is not given the topic's FileName.
+        in_files = TRANSIENT not in chosen.storage.registration.capabilities
         try:
             storage = chosen.storage.factory(StorageSpec(
-                topic=cfg.name, path=cfg.file_name if engine_name != "memory" else None,
+                topic=cfg.name, path=cfg.file_name if in_files else None,
                 options=dict(chosen.storage.options)))
         except BrokerError as exc:
             raise ConfigError(f"{where}: storage engine {engine_name!r} cannot open the topic: {exc}") from None
         history = None
         if cfg.history is not None:
-            path = cfg.file_name + ".history" if cfg.file_name and engine_name != "memory" else None
+            path = cfg.file_name + ".history" if cfg.file_name and in_files else None
             try:
                 history = History(
                     chosen.storage.factory(StorageSpec(topic=cfg.name, path=path, history=True,
@@ -295,265 +304,34 @@ class Broker:
             name=cfg.name, message_type=mt, storage=CachedStorage(storage, cfg.record_cache_bytes),
             key_generator=keygen,
             key_fields=tuple(cfg.keys), default_expiration=cfg.expiration,
-            # Only the built-in default generator is a pure function of the key values (chaining is not).
-            key_lookups=chosen.key_generator is not None and chosen.key_generator.name == "default",
+            # Records are looked up by key only where the generator declares its key a pure function of the
+            # key fields (the default one; chaining is not).
+            key_lookups=(chosen.key_generator is not None
+                         and PURE_KEY_FIELDS in chosen.key_generator.registration.capabilities),
             history=history,
         )
         log.info("SOW topic %s: %s storage%s, %d records", cfg.name, engine_name,
-                 f" at {cfg.file_name}" if cfg.file_name and engine_name != "memory" else "", storage.count())
+                 f" at {cfg.file_name}" if cfg.file_name and in_files else "", storage.count())
         return topic
 
-    def _open_journal(self) -> None:
-        txlog = self.config.transaction_log
-        if txlog is None:
-            return
-        for t in txlog.topics:
-            try:
-                self._logged_patterns.append(re.compile(t.name if is_regex_topic(t.name) else re.escape(t.name) + r"\Z"))
-            except re.error as exc:
-                raise ConfigError(f"TransactionLog Topic {t.name!r}: bad regex: {exc}") from None
-        self.journal = JournalWriter(txlog, self.config.name)
-        self.journal.dedup.inactive_expiration = txlog.inactive_client_ack_expiration
-        self.journal.open()
-        self.client_names.load(self._client_names_path(self.journal))
-
-    def _client_names_path(self, journal: JournalWriter) -> Path:
-        """Where the client-name holders are kept between runs (next to the journal)."""
-        return Path(journal.journal_directory) / f"{journal.instance}.client-names"
-
-    def _save_client_names(self, journal: JournalWriter) -> None:
-        try:
-            self.client_names.save(self._client_names_path(journal))
-        except OSError as exc:
-            log.warning("cannot save the client-name holders (%s): after this restart a name is free until "
-                        "a user logs on under it", exc)
-
-    def is_logged(self, topic: str) -> bool:
-        """Whether the transaction log records ``topic``."""
-        return self._logged[topic]
-
-    def _matches_logged(self, topic: str) -> bool:
-        return self.journal is not None and any(p.match(topic) for p in self._logged_patterns)
-
-    def make_room(self, size: int) -> bool:
-        """Whether ``size`` more bytes of input (a frame being received) fit the broker-wide limit.
-
-        When they do not and the frame is an ordinary one (at most a tenth of the limit), the largest
-        consumers are offlined first, as for output past the limit: a publisher must not lose its connection
-        to consumers that stopped reading. A larger frame that does not fit is refused without shedding
-        anybody (a client cannot push others out with one huge frame).
-        """
-        budget = self.memory
-        if budget.fits(size):
-            return True
-        if size <= budget.limit // 10:
-            self.shed_consumers(size)
-        return budget.fits(size)
-
-    def shed_consumers(self, extra: int = 0) -> None:
-        """Offline the largest consumers (as slow clients) until client buffers (and ``extra`` bytes of input
-        about to be reserved) fit the broker-wide limit.
-
-        Largest first, and until the buffers fit the limit again. Beyond that, to leave room for a tenth of
-        the limit (so the next publish does not shed again), only consumers holding at least that tenth are
-        offlined: input buffers (frames being received, reserved whole) can fill that room alone, and
-        shedding cannot free them, so without this bound every consumer with a message still queued was
-        offlined, a reader that keeps up included (seen in ``test_e2e_isolation_memory``: four stalled
-        consumers and the reading one, two messages behind, offlined together). Logs what it did.
-        """
-        budget = self.memory
-        if budget.output < SHED_MIN_BYTES:
-            return
-        limit = budget.limit
-        room = limit // 10
-        before_in, before_out = budget.input, budget.output
-        offlined = 0
-        for session in sorted((s for s in self.sessions if s.outbound.held >= SHED_MIN_BYTES),
-                              key=lambda s: s.outbound.held, reverse=True):
-            total = budget.input + budget.output + extra
-            if total <= limit - room or (total <= limit and session.outbound.held < room):
-                break
-            if session.closed_reason:  # closing already (a timeout, a second logon...): its queue goes now
-                session.outbound.discard()
-                continue
-            budget.offlined_consumers += 1
-            offlined += 1
-            session._offline(total=limit)
-        if offlined:
-            log.warning("TotalMessageMemoryLimit %d bytes: client buffers held %d bytes of input and %d of output; "
-                        "offlined %d consumers, largest first; now %d input, %d output", limit, before_in,
-                        before_out, offlined, budget.input, budget.output)
-
-    def last_persisted(self, publisher_key: str, publisher_hash: int) -> int:
-        """The highest publish-store sequence persisted for a publisher (for the logon ack).
-
-        Args:
-            publisher_key: Its de-duplication key (:func:`broker.txlog.dedup.publisher_key`).
-            publisher_hash: The key's hash (:func:`broker.txlog.bookmarks.client_name_hash`).
-        """
-        last = self.engine.publisher_seq.get(publisher_key, 0)
-        if self.journal is not None:
-            last = max(last, self.journal.dedup.last_persisted_hash(publisher_hash))
-        return last
-
-    # -- durability ----------------------------------------------------------------------------------
-    def after_durable(self, sequence: int, session: Any, header: Mapping[str, Any],
-                      reason: str | None = None) -> None:
-        """Send ``session`` a persisted ack for ``header`` once the journal is durable past ``sequence``: a
-        success, or the failure ``reason`` of a command refused while earlier ones still wait (the client's
-        publish store discards every message up to the ``s`` of any persisted ack, failed or not)."""
-        self._durable_waiters.append((sequence, session, header, reason))
-        if self._journal_dirty is not None:
-            self._journal_dirty.set()
-
-    async def wait_durable(self) -> None:
-        """Wait until everything appended so far is durable."""
-        if self.journal is None:
-            return
-        target = self.journal.last_sequence
-        self._sync_wanted = max(self._sync_wanted, target)
-        while self.journal.durable_sequence < target:
-            assert self._journal_dirty is not None and self._synced is not None, "the broker is not serving"
-            synced = self._synced
-            self._journal_dirty.set()
-            await synced.wait()
-
-    #: Seconds between retries of a journal sync while the disk is full: doubling from the first to the last.
-    DISK_FULL_RETRY = (0.1, 2.0)
-    #: Since when (epoch seconds) the journal's disk has been full; ``None`` when it is writable.
-    journal_full_since: float | None = None
-
-    @property
-    def journal_disk_full(self) -> bool:
-        """Whether publishes to logged topics are refused because the journal cannot be written (disk full)."""
-        return self.journal_full_since is not None or bool(getattr(self.journal, "disk_full", False))
-
-    async def _journal_syncer(self) -> None:
-        """Group commit: one fsync covers every record appended since the last one.
-
-        A full disk (:class:`JournalFullError`: the writer keeps the records and their sequences) is retried
-        with a backoff until space returns; the persisted acks waiting for those records are sent then, and
-        meanwhile the engine refuses publishes to logged topics (``tx store failure``). Any other journal
-        error means the file's state is unknown: the broker logs it once and stops (the error ends
-        :meth:`serve`, so the shutdown actions run and the CLI exits with status 2); start-up recovers.
-        """
-        assert self.journal is not None
-        interval = self.config.transaction_log.flush_interval if self.config.transaction_log else 0.1
-        retry = self.DISK_FULL_RETRY[0]
-        began = trio.current_time()  # when the last sync took its records
-        while True:
-            durable = self.journal.durable_sequence
-            if not self._durable_waiters and self._sync_wanted <= durable < self.journal.last_sequence:
-                # Records wait, but nobody waits for them (no persisted ack, no flush, no replay): they are
-                # written at most FlushInterval after the last sync took its records, so one sync covers
-                # everything a paced publisher sent meanwhile. A sync per record (back to back) cost the
-                # event loop a worker-thread round trip and GIL hand-overs per publish at 10k publishes/s.
-                due = began + interval - trio.current_time()
-                if due > 0:
-                    self._journal_dirty = trio.Event()
-                    with trio.move_on_after(due):
-                        await self._journal_dirty.wait()
-            if self.journal.durable_sequence >= self.journal.last_sequence:
-                self._journal_dirty = trio.Event()
-                with trio.move_on_after(interval):
-                    await self._journal_dirty.wait()
-                if self.journal.durable_sequence >= self.journal.last_sequence:
-                    continue
-            began = trio.current_time()
-            try:
-                durable = await trio.to_thread.run_sync(self.journal.sync)
-            except JournalFullError as exc:
-                if self.journal_full_since is None:
-                    self.journal_full_since = time.time()
-                    self.counters.journal_disk_full_episodes += 1
-                    log.error("journal disk full at %s: publishes to logged topics are refused until space is "
-                              "freed (%s: %s); %d records wait to be written, the broker retries by itself",
-                              self.journal.journal_directory, getattr(exc, "path", "write"),
-                              getattr(exc.__cause__, "strerror", None) or exc,
-                              self.journal.last_sequence - self.journal.durable_sequence)
-                await trio.sleep(retry)
-                retry = min(retry * 2, self.DISK_FULL_RETRY[1])
-                continue
-            except BrokerError as exc:
-                log.critical("journal write failed at %s: %s. The journal's state on disk is unknown, so the broker "
-                             "stops rather than acknowledge anything more; restart it (start-up recovers the "
-                             "journal)", self.journal.journal_directory, exc)
-                raise
-            retry = self.DISK_FULL_RETRY[0]
-            if self.journal_full_since is not None:
-                log.info("journal at %s is writable again after %.1fs: the records kept meanwhile are written "
-                         "(durable sequence %d) and publishes to logged topics are accepted again",
-                         self.journal.journal_directory, time.time() - self.journal_full_since, durable)
-                self.journal_full_since = None
-            assert self._synced is not None
-            self._synced.set()
-            self._synced = trio.Event()
-            waiters = self._durable_waiters
-            while waiters and waiters[0][0] <= durable:
-                _, session, header, reason = waiters.popleft()
-                session.ack(header, PERSISTED_ONLY, "persisted", reason=reason, s=header.get("seq"))
-
-    # -- running -------------------------------------------------------------------------------------
-    async def _expiration_sweeper(self) -> None:
-        while True:
-            nxt = self.engine.next_expiry_ns()
-            delay = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.time_ns()) / 1e9))
-            if self.engine.expiry_waiting:  # the journal's disk is full or a store cannot be written: later
-                delay = 0.5
-            await trio.sleep(delay)
-            try:
-                self.engine.expire()
-            except BrokerError as exc:  # a store that cannot be read either: the next sweep tries again
-                log.error("expiring SOW records failed: %s; retrying", exc)
-                await trio.sleep(5.0)
-
-    async def _history_pruner(self) -> None:
-        """Drop versions older than each topic's Window, a bounded slice per event-loop step."""
-        topics = [t for t in self.engine.sow_topics.values() if t.history is not None]
-        if not topics:
-            return
-        every = min(max(min(t.history.window_ns for t in topics if t.history) / 4e9, 0.2), 30.0)
-        while True:
-            await trio.sleep(every)
-            for topic in topics:
-                history = topic.history
-                assert history is not None
-                pruned = slices = 0
-                began = time.monotonic()
-                try:
-                    while True:
-                        handled = history.prune(time.time_ns())
-                        pruned += handled
-                        slices += 1
-                        if handled < PRUNE_SLICE:
-                            break
-                        await trio.sleep(0)  # let publishes and queries run between slices
-                except BrokerError as exc:
-                    log.error("SOW topic %s: pruning history failed (%s); retrying", topic.name, exc)
-                if pruned:
-                    (log.info if slices > 1 else log.debug)(
-                        "SOW topic %s: pruned %d history entries older than the Window in %d slices, %.2fs",
-                        topic.name, pruned, slices, time.monotonic() - began)
-
+    # -- serving -----------------------------------------------------------------------------------------
     async def serve(self, *, task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled: side tasks, then the listeners. Reports the bound addresses."""
-        from broker.server.transport import serve_transport
-
-        self._journal_dirty = trio.Event()
-        self._synced = trio.Event()
+        """Run until cancelled (:meth:`open` first if nobody did): the Admin server, recovery, side tasks, the
+        connections and listeners, the actions. Reports the bound addresses."""
         try:
+            self.open()
             async with trio.open_nursery() as nursery:
                 if self.config.admin is not None:
                     await self._start_admin(nursery)  # first: it shows recovery's progress
                 if not self._recovered:
                     # Not cancellable: the thread writes the SOW stores that aclose() would close under it.
                     await trio.to_thread.run_sync(self.recover_storage)
-                if self.journal is not None:
-                    nursery.start_soon(self._journal_syncer)
-                nursery.start_soon(self._expiration_sweeper)
-                nursery.start_soon(self._history_pruner)
+                await nursery.start(self.durability.run_syncer)
+                nursery.start_soon(self.maintenance.run)
+                connections: trio.Nursery = await nursery.start(_child_nursery)
+                self._listeners = await nursery.start(_child_nursery)
                 for transport in self.config.transports:
-                    addrs = await nursery.start(serve_transport, transport, self)
+                    addrs = await self._listeners.start(serve_transport, transport, self.services, connections)
                     self.addresses.extend(addrs)
                     if transport.protocol == "websocket" and addrs:
                         self.websocket_endpoints.append({"name": transport.name, "port": addrs[0][1]})
@@ -566,6 +344,26 @@ class Broker:
                 await self.shutdown_actions()
                 await self.aclose()
 
+    async def drain(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> bool:
+        """The graceful part of shutdown, as hypercorn does it: the on-shutdown actions (while everything
+        serves), then stop accepting, then let every session finish the commands it is running, send the
+        persisted acks they wait for and close with a reason. Returns whether every session closed within
+        ``timeout`` seconds (the caller then cancels what is left)."""
+        await self.shutdown_actions()
+        if self._listeners is not None:
+            self._listeners.cancel_scope.cancel()
+        began = time.monotonic()
+        with trio.move_on_after(timeout):
+            while len(self.clients):
+                for session in self.clients:
+                    session.drain()
+                await trio.sleep(DRAIN_POLL_SECONDS)
+            log.info("drained in %.2fs: every client closed", time.monotonic() - began)
+            return True
+        log.warning("%d client(s) still open at the shutdown deadline of %gs (<ShutdownTimeout>): closing them "
+                    "now", len(self.clients), timeout)
+        return False
+
     def websocket_hint(self) -> str:
         """Where a client speaking WebSocket should connect: the websocket transports' ports, or that there
         is none (the log line for an HTTP request on an AMPS TCP port)."""
@@ -575,36 +373,6 @@ class Broker:
             return "no websocket transport is configured (add <Protocol>websocket</Protocol> to a Transport)"
         return ("AMPS over WebSocket is served by " + ", ".join(ports)
                 + " (ws://host:port/amps/json)")
-
-    def reload_security(self, kind: str) -> str:
-        """Re-read the files of the ``authentication`` or ``entitlement`` modules (SIGHUP action, Admin).
-
-        After an entitlement reload, each logged-on client whose grants changed is disconnected, so its
-        subscriptions are placed again under the new rules (none keeps a filter it is no longer held to).
-
-        Raises:
-            BrokerError: a new file is unusable; its module keeps the old rules.
-        """
-        lines = self.security.reload(kind)
-        closed = 0
-        if kind == "entitlement":
-            for session in list(self.sessions):
-                if session.identity is None:
-                    continue
-                grants = session._entitlements.grants(session.identity)
-                if grants != session.grants:
-                    closed += 1
-                    if session.close("its entitlements changed"):
-                        self.counters.entitlement_change_disconnects += 1
-        summary = "; ".join(lines) or f"no {kind} module reads files"
-        if closed:
-            summary += f"; {closed} client(s) whose entitlements changed were disconnected"
-        log.info("%s reloaded: %s", kind, summary)
-        return summary
-
-    async def _reset_security(self, kind: str) -> str:
-        """``/amps/administrator/authorization/<kind>/reset``: :meth:`reload_security`."""
-        return self.reload_security(kind)
 
     def request_stop(self, reason: str) -> None:
         """Ask for a clean shutdown (``amps-action-do-shutdown``): whoever runs the broker (the CLI) stops it
@@ -641,30 +409,28 @@ class Broker:
                     security=self.security, authenticator=self.security.admin, realm=admin.realm,
                     anonymous_paths=admin.anonymous_paths, certfile=admin.certificate, keyfile=admin.private_key,
                     ciphers=admin.ciphers, actions_catalog=self.actions.describe),
-            admin.host, admin.port, self.sample_statistics)
+            admin.host, admin.port, self.stats.sample)
         log.info("Admin HTTP server on %s://%s:%s", "https" if admin.certificate else "http", admin.host,
                  self.admin_port)
 
     async def aclose(self) -> None:
         """Sync the journal and close storage (after the nursery is done); when both went well, mark the stop
         clean so that the next start does not check the SOW against the journal (:mod:`.recovery`)."""
+        if not self._opened:
+            return
+        self._opened = False
         clean_state: tuple[Path, int] | None = None
-        if self.journal is not None and not self._recovered:  # recovery failed: the next start checks again
-            try:
-                self.journal.close()
-            except BrokerError as exc:
-                log.error("journal close failed: %s", exc)
-            self.journal = None
-        if self.journal is not None:
-            try:
-                await trio.to_thread.run_sync(self.journal.sync)
-                clean_state = (state_path(self.journal), self.journal.last_sequence)
-                self._save_client_names(self.journal)
-                self.journal.close()
-            except BrokerError as exc:
-                log.error("journal close failed: %s", exc)
-                clean_state = None
-            self.journal = None
+        journal = self.durability.journal
+        if journal is not None and not self._recovered:  # recovery failed: the next start checks again
+            self.durability.close(sync=False)
+        elif journal is not None:
+            path = state_path(journal)
+            directory = self.durability.directory()
+            last = await trio.to_thread.run_sync(partial(self.durability.close, sync=True))
+            if last is not None:
+                clean_state = (path, last)
+                assert directory is not None
+                self.clients.save_names(ClientRegistry.names_path(directory, self.config.name))
         for topic in self.engine.sow_topics.values():
             try:
                 topic.storage.make_durable()
@@ -684,140 +450,63 @@ class Broker:
                 log.warning("cannot record the clean stop in %s (%s): the next start checks the SOW against "
                             "the journal", path, exc)
 
-    # -- statistics ----------------------------------------------------------------------------------
+    # -- statistics ----------------------------------------------------------------------------------------
+    def statistics(self) -> BrokerSnapshot:
+        """A snapshot of every counter (:meth:`StatisticsAssembly.snapshot
+        <broker.server.statistics_assembly.StatisticsAssembly.snapshot>`)."""
+        return self.stats.snapshot()
+
     async def sample_statistics(self) -> BrokerSnapshot:
-        """:meth:`statistics`, with the per-client rows built :data:`STATISTICS_SLICE` sessions at a time and
-        a trio checkpoint each :data:`STATISTICS_STEP_SECONDS`, so a sample over 10,000 clients never holds
-        the event loop for more than a few milliseconds (the Admin server samples once per
-        ``<Admin><Interval>``)."""
-        step_ends = time.perf_counter() + STATISTICS_STEP_SECONDS
-
-        async def step() -> None:  # yield once this step's time is spent, not after every slice
-            nonlocal step_ends
-            if time.perf_counter() >= step_ends:
-                await trio.sleep(0)
-                step_ends = time.perf_counter() + STATISTICS_STEP_SECONDS
-
-        subscriptions = list(self.engine.router.subscriptions())
-        per_client: Counter[Any] = Counter()
-        for start in range(0, len(subscriptions), STATISTICS_SLICE * 10):
-            per_client.update(s.client for s in subscriptions[start:start + STATISTICS_SLICE * 10])
-            await step()
-        sessions = list(self.sessions)
-        clients: list[ClientStats] = []
-        for start in range(0, len(sessions), STATISTICS_SLICE):
-            clients.extend(_client_row(s, per_client[s]) for s in sessions[start:start + STATISTICS_SLICE])
-            await step()
-        return self.statistics(clients=clients, subscriptions=subscriptions)
-
-    def statistics(self, *, clients: list[ClientStats] | None = None,
-                   subscriptions: list[Subscription] | None = None) -> BrokerSnapshot:
-        """A snapshot of every counter (the contract in :mod:`broker.stats.snapshot`).
-
-        Args:
-            clients: The per-client rows when the caller built them (:meth:`sample_statistics`); by default
-                each session's own ``statistics()``.
-            subscriptions: The live subscriptions the caller counted ``clients``' subscriptions from, so the
-                counts by kind agree with the rows and the subscriptions are walked once per sample; by
-                default the router's now.
-        """
-        c = self.engine.counters
-        own = self.counters
-        sessions = list(self.sessions)
-        if subscriptions is None:
-            subscriptions = list(self.engine.router.subscriptions())
-        details = tuple(SubscriptionInfo(client=getattr(sub.client, "id", ""), sub_id=sub.sub_id, topic=sub.topic.text,
-                                         filter=sub.filter_text, kind=sub.kind)
-                        for sub in subscriptions[:SUBSCRIPTION_DETAILS])
-        memory = self.memory
-        return BrokerSnapshot(
-            instance=InstanceInfo(name=self.config.name, version=__version__, start_time=self.start_time,
-                                  config_path=self.config.source, pid=os.getpid()),
-            recovery=RecoveryStats(in_progress=self.recovery_progress.in_progress,
-                                   records_read=self.recovery_progress.records_read,
-                                   progress=self.recovery_progress.ratio),
-            counters=Counters(
-                messages_received=c.messages_received, messages_delivered=c.messages_delivered,
-                bytes_in=own.bytes_in,
-                bytes_out=sum(s.outbound.bytes_out for s in sessions) + own.bytes_out_closed,
-                client_disconnects=own.client_disconnects, slow_client_disconnects=own.slow_client_disconnects,
-                protocol_errors=own.protocol_errors, commands_failed=own.commands_failed,
-                publishes_refused=PublishesRefused(journal=own.publishes_refused_journal,
-                                                   storage=own.publishes_refused_storage),
-                sequence_jumps_refused=own.sequence_jumps_refused,
-                filter_errors=FilterErrors(evaluation=self.filter_errors.evaluation_errors,
-                                           function=self.filter_errors.function_errors),
-                connections_closed=ConnectionsClosed(
-                    logon_timeout=own.logon_timeouts, idle_timeout=own.idle_timeouts,
-                    duplicate_name=own.duplicate_name_disconnects, logons_refused=own.logons_refused_disconnects,
-                    entitlement_change=own.entitlement_change_disconnects),
-                security_refusals=self.security.statistics(),
-                memory=MemoryStats(limit=memory.limit, input_bytes=memory.input, output_bytes=memory.output,
-                                   frames_refused=memory.refused_frames, consumers_offlined=memory.offlined_consumers),
-            ),
-            clients=tuple(clients if clients is not None else (s.statistics() for s in sessions)),
-            topics={name: TopicFlow(messages_received=v.received, messages_delivered=v.delivered)
-                    for name, v in c.topics.items()},
-            subscriptions=_subscription_counts(subscriptions),
-            subscription_details=details,
-            pagination=self.engine.router.windows.statistics(),
-            sow={name: t.statistics() for name, t in self.engine.sow_topics.items()},
-            oof=OofTotals(match=c.oof.match, deleted=c.oof.deleted, expired=c.oof.expired),
-            latency=self.latency.snapshot(),
-            journal=self._journal_statistics(),
-            actions=self.actions.statistics(),
-        )
-
-    def _journal_statistics(self) -> JournalStats | None:
-        """The transaction log's part of :meth:`statistics` (``None`` without one)."""
-        if self.journal is None:
-            return None
-        js = self.journal.statistics()
-        f = js.files
-        own = self.counters
-        return JournalStats(
-            files=JournalFiles(active=f.current + f.full + f.preallocated, archived=f.archived,
-                               compressed=f.compressed),
-            bytes=js.bytes_on_disk,
-            last_sequence=js.last_sequence,
-            durable_sequence=js.durable_sequence,
-            fsync=HistogramSnapshot(buckets=tuple(js.fsync_buckets), sum=js.fsync_seconds_sum, count=js.fsync_count),
-            replays_active=self.replays_active,
-            records_appended=js.appended_records,
-            disk_full=self.journal_disk_full,
-            damaged_records=js.damaged_records,
-            damaged_bytes=js.damaged_bytes,
-            replay_failures=own.replay_failures,
-            replay_held_bytes=own.replay_held_bytes,
-            replay_held_peak_bytes=own.replay_held_peak_bytes,
-            replay_catch_ups=own.replay_catch_ups,
-            replay_held_offlined=own.replay_held_offlined,
-            file_list=tuple(JournalFileInfo(name=jf.path.name, state=jf.state.value, size=jf.size)
-                            for jf in self.journal.files()[-JOURNAL_FILES_LISTED:]),
-        )
-
-    def bookmark_subscribe(self, session: Any, header: Mapping[str, Any], acks: frozenset[str],
-                           *, delta: bool = False) -> None:
-        """A subscription with a bookmark: replay from the journal (a task of the session's), then live (see
-        :mod:`.replay`)."""
-        from broker.server.replay import start_bookmark_subscription
-
-        start_bookmark_subscription(self, session, header, acks, delta=delta)
+        """:meth:`statistics` built in slices (:meth:`StatisticsAssembly.sample
+        <broker.server.statistics_assembly.StatisticsAssembly.sample>`)."""
+        return await self.stats.sample()
 
 
-def _client_row(session: Any, subscriptions: int) -> ClientStats:
-    """One client's statistics row (what ``Session.statistics()`` returns) with its subscription count
-    counted once for all clients by the caller instead of one pass over every subscription per client; a test
-    checks the two agree."""
-    out = session.outbound
-    return ClientStats(id=session.id, client_name=session.name, remote=session.remote,
-                       connected_at=session.connected_at, messages_in=session.messages_in,
-                       messages_out=session.messages_out, bytes_in=session.bytes_in, bytes_out=out.bytes_out,
-                       subscriptions=subscriptions, queued_bytes=out.size)
+async def _child_nursery(*, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
+    """A nursery of its own inside the caller's, reported to the caller (connections, listeners)."""
+    async with trio.open_nursery() as nursery:
+        task_status.started(nursery)
+        await trio.sleep_forever()
 
 
-def _subscription_counts(subscriptions: list[Subscription]) -> SubscriptionCounts:
-    """The subscriptions by kind (``Subscription.kind``: one :class:`SubscriptionCounts` field per kind)."""
-    kinds = Counter(sub.kind for sub in subscriptions)
-    return SubscriptionCounts(subscribe=kinds["subscribe"], sow_and_subscribe=kinds["sow_and_subscribe"],
-                              bookmark=kinds["bookmark"], delta=kinds["delta"])
+def build_broker(config: Config, plugins: PluginManager | None = None, *, recover: bool = True) -> Broker:
+    """A broker opened (and recovered) but not serving, for tools and tests that use its engine and journal
+    directly (blocking I/O). Close it with :meth:`Broker.aclose`; serve it with :meth:`Broker.serve`."""
+    broker = Broker(config, plugins)
+    broker.open()
+    if recover:
+        broker.recover_storage()
+    return broker
+
+
+@asynccontextmanager
+async def open_broker(config: Config, *, plugins: PluginManager | None = None,
+                      shutdown_timeout: float | None = None) -> AsyncIterator[Broker]:
+    """Open, recover and serve a broker for the body of the ``async with``; drain and close it after.
+
+    Start-up is logged step by step; the Admin server answers during recovery; the body runs once every
+    transport listens (``broker.addresses``). Leaving the body, even by an exception or a cancellation,
+    drains (:meth:`Broker.drain`, at most ``shutdown_timeout`` seconds: default the config's
+    ``<ShutdownTimeout>``), then cancels whatever is left and closes the journal and the stores.
+
+    Args:
+        config: The loaded configuration.
+        plugins: A collected plugin manager (default: built from the config's ``<Modules>``).
+        shutdown_timeout: Seconds the drain may take.
+
+    Raises:
+        BrokerError: start-up failed (a port in use, a store that cannot be opened...).
+    """
+    broker = Broker(config, plugins)
+    timeout = config.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        try:
+            yield broker
+        finally:
+            with trio.CancelScope(shield=True):
+                await broker.drain(timeout)
+            nursery.cancel_scope.cancel()
+
+
+__all__ = ["Broker", "build_broker", "open_broker"]

@@ -24,6 +24,9 @@ import trio
 from broker.protocol._frames import LargeFrame
 from broker.server.sockio import socket_fd, write_all
 
+#: An outbound frame too large to copy (:class:`~broker.protocol._frames.LargeFrame`): written in parts.
+LargeBody = LargeFrame
+
 #: A queue this large or larger (a LargeFrame always is) is written the large way (see the module's docstring).
 LARGE_WRITE = 1 << 20
 #: Bytes the writer writes (or copies, joining small frames) between two checkpoints on the large way.

@@ -24,7 +24,9 @@ from broker.protocol import Header, encode_frame
 
 if TYPE_CHECKING:
     from broker.engine.engine import Engine
-    from broker.server.kernel import Broker
+    from broker.server.counters import BrokerCounters
+    from broker.server.durability import Durability
+    from broker.server.services import SessionServices
 
 #: Commands :meth:`PublishBatch._publish_batch` applies directly, when they ask for no ack or only those in
 #: :data:`BATCH_ACKS` (the ``a`` text as sent).
@@ -81,7 +83,9 @@ _failures = _compiled.failures if _compiled is not None else _failures_python
 class PublishBatch:
     """Publishing, for :class:`broker.server.session.Session` (which inherits it and holds the state named here)."""
 
-    broker: Broker
+    services: SessionServices
+    durability: Durability
+    counters: BrokerCounters
     engine: Engine
     transport: Any
     grants: Any
@@ -131,7 +135,7 @@ class PublishBatch:
             pairs = [(frame.header, refused[n]) if n in refused else next(applied) for n, frame in enumerate(frames)]
         waiting = 0  # the journal sequence the batch's persisted ack waits for
         last: Header | None = None  # the header of the highest s acknowledged as persisted
-        journal = self.broker.journal
+        journal = self.durability.journal
         for header, result in pairs:
             a = header.ack_type
             if result.__class__ is not int:
@@ -166,12 +170,12 @@ class PublishBatch:
         """The persisted ack of ``header`` once the journal is durable past ``sequence`` and past every record
         this client's earlier persisted acks wait for (a later ``s`` acknowledged first would discard earlier
         messages from the client's store too soon); at once when that is already so."""
-        journal = self.broker.journal
+        journal = self.durability.journal
         if journal is not None:
             if sequence > self._persist_after:
                 self._persist_after = sequence
             if journal.durable_sequence < self._persist_after:
-                self.broker.after_durable(self._persist_after, self, header)
+                self.durability.after_durable(self._persist_after, self, header)
                 return
         self.ack(header, PERSISTED_ONLY, "persisted", s=header.get("seq"))
 
@@ -199,12 +203,12 @@ class PublishBatch:
         """
         if not isinstance(seq, int):
             return
-        txlog = self.broker.config.transaction_log
+        txlog = self.services.config.transaction_log
         limit = txlog.sequence_jump_limit if txlog is not None else DEFAULT_SEQUENCE_JUMP_LIMIT
         if not limit:
             return
         last = self.engine.publisher_seq.get(self.publisher_key)
-        journal = self.broker.journal
+        journal = self.durability.journal
         if journal is not None and journal.dedup.is_known_hash(self.name_hash):
             dedup = journal.dedup
             logged = max(dedup.appended_hash(self.name_hash), dedup.last_persisted_hash(self.name_hash))
@@ -214,7 +218,7 @@ class PublishBatch:
         if last is None:
             if self.identity_keyed or seq <= limit or is_store_clock_sequence(seq):
                 return
-            self.broker.counters.sequence_jumps_refused += 1
+            self.counters.sequence_jumps_refused += 1
             raise CommandError(
                 "invalid sequence",
                 f"publish sequence {seq} is the first of client name {self.name!r} and more than {limit} above "
@@ -224,7 +228,7 @@ class PublishBatch:
                 "or raise <PublisherSequenceJumpLimit> (0: no limit) if the broker lost the journal a "
                 "publish store still counts on")
         if seq - last > limit:
-            self.broker.counters.sequence_jumps_refused += 1
+            self.counters.sequence_jumps_refused += 1
             raise CommandError(
                 "invalid sequence",
                 f"publish sequence {seq} is more than {limit} above this publisher's last one ({last}); "
@@ -252,7 +256,7 @@ class PublishBatch:
         A duplicate (a re-send after reconnect) may be of a record that is appended but not durable yet (the
         journal's disk is full, or a group commit is under way): its ack waits for everything appended.
         """
-        journal = self.broker.journal
+        journal = self.durability.journal
         if duplicate and journal is not None and journal.durable_sequence < journal.last_sequence:
             sequence = journal.last_sequence
         elif duplicate:

@@ -25,18 +25,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
 import trio
 
 from broker.engine.queries import PAUSE, QueryPlan, Row
 from broker.errors import LocalProtocolError
 from broker.protocol import encode_header, encode_sow_parts
+from broker.server.outbound import Outbound
 from broker.sow.record import WireRecords
-
-if TYPE_CHECKING:
-    from broker.server.session import Session
 
 log = logging.getLogger("broker.query")
 
@@ -52,6 +50,20 @@ CHUNKS_AHEAD = 2
 #: A query fetching at most this many keys (``sow_keys``, a filter pinning the key, a page of a paginated
 #: subscription) runs on the loop: a few hundred microseconds, less than a thread hand-off.
 LOOP_LOOKUPS = 100
+
+class QueryClient(Protocol):
+    """What a streamed query needs of its client (:class:`~broker.server.session.Session`)."""
+
+    id: str
+    name: str
+
+    @property
+    def outbound(self) -> Outbound:
+        """Its outbound buffer (streaming waits below the watermark)."""
+
+    def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None:
+        """Queue frames for the client."""
+
 
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("query_limiter")
 
@@ -126,7 +138,7 @@ def result_frames(rows: Iterator[Row | None], outer: Mapping[str, Any], batch_si
         yield chunk
 
 
-async def stream_query(session: Session, plan: QueryPlan, outer: Mapping[str, Any], batch_size: int,
+async def stream_query(session: QueryClient, plan: QueryPlan, outer: Mapping[str, Any], batch_size: int,
                        watermark: int) -> None:
     """Send ``plan``'s results to ``session`` as ``sow`` frames built in a worker thread (see the module
     docstring); returns once the last frame is queued. The caller closes the plan.
@@ -138,7 +150,9 @@ async def stream_query(session: Session, plan: QueryPlan, outer: Mapping[str, An
         batch_size: The most records per frame.
         watermark: Outbound bytes above which the loop waits for the client to read.
     """
-    rows = plan.rows()  # on the loop: counts the query in the topics' statistics
+    # On the loop: counts the query in the topics' statistics. A generator (closed below); the plan declares an
+    # Iterator.
+    rows = cast("Generator[Row | None, None, None]", plan.rows())
     lookups = plan.lookup_count()
     if lookups is not None and lookups <= LOOP_LOOKUPS:
         # A few keys fetched: less work than a thread hand-off, and no wait behind long scans for a turn.

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import trio
 
@@ -32,12 +32,10 @@ from broker.engine.router import HeldMessage, Subscription
 from broker.engine.topics import TopicPattern
 from broker.errors import BrokerError, CommandError, JournalError
 from broker.server.replay_frames import ChunkEncoder
+from broker.server.services import SessionServices
 from broker.sow.record import SowRecord
 from broker.txlog import Command, Record, ReplayStart, parse_bookmark
 from broker.txlog.errors import JournalDamageError
-
-if TYPE_CHECKING:
-    from broker.server.kernel import Broker
 
 log = logging.getLogger("broker.replay")
 
@@ -85,7 +83,7 @@ class Rate:
             await trio.sleep(due - now)
 
 
-class HeldLive(list):  # type: ignore[type-arg]
+class HeldLive(list[HeldMessage]):
     """The live messages held for one replaying subscription until its cut-over, bounded in bytes.
 
     The engine appends :class:`~broker.engine.router.HeldMessage` entries as to a list. Past ``bound``
@@ -96,16 +94,16 @@ class HeldLive(list):  # type: ignore[type-arg]
     in the ``replay_held_bytes`` gauge.
 
     Args:
-        broker: The broker (journal topics, budget, counters).
+        services: The broker's services (journal topics, budget, counters).
         session: The subscriber.
         sub_id: Its subscription, for log lines.
         catch_up: Whether the replay can read held changes back from the journal (not: a paginated
             historical window, which needs every change of the topic in order with its own).
     """
 
-    def __init__(self, broker: Broker, session: Any, sub_id: str, catch_up: bool = True) -> None:
+    def __init__(self, services: SessionServices, session: Any, sub_id: str, catch_up: bool = True) -> None:
         super().__init__()
-        self.broker = broker
+        self.services = services
         self.session = session
         self.sub_id = sub_id
         self.bound = max(session.outbound.limit // HELD_SHARE, 1)
@@ -123,7 +121,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         if self.exact:
             logged = self._logged.get(topic)
             if logged is None:
-                logged = self._logged[topic] = self.broker.is_logged(topic)
+                logged = self._logged[topic] = self.services.durability.is_logged(topic)
             self.exact = self.catch_up and logged and item.reason is None
         if self.dropped:
             if not self.exact:
@@ -131,7 +129,7 @@ class HeldLive(list):  # type: ignore[type-arg]
             return  # in the journal: read back by the catch-up
         size = (HELD_OVERHEAD + len(item.body) + len(topic) + len(item.bm or "") + len(item.key or "")
                 + len(item.x or ""))
-        if self.bytes + size > self.bound or not self.broker.memory.fits(size):
+        if self.bytes + size > self.bound or not self.services.clients.memory.fits(size):
             if self.exact:
                 self._drop()  # this message too: it is in the journal
             else:
@@ -139,8 +137,8 @@ class HeldLive(list):  # type: ignore[type-arg]
             return
         super().append(item)
         self.bytes += size
-        self.broker.memory.output += size
-        counters = self.broker.counters
+        self.services.clients.memory.output += size
+        counters = self.services.counters
         counters.replay_held_bytes += size
         if self.bytes > counters.replay_held_peak_bytes:
             counters.replay_held_peak_bytes = self.bytes
@@ -150,7 +148,7 @@ class HeldLive(list):  # type: ignore[type-arg]
         self.release()
         self.dropped = True
         self.catch_ups += 1
-        self.broker.counters.replay_catch_ups += 1
+        self.services.counters.replay_catch_ups += 1
         log.debug("%s (%s): subscription %s held more than %d bytes of live messages during its replay: "
                   "dropped them, reading on from the transaction log", self.session.id, self.session.name,
                   self.sub_id, self.bound)
@@ -165,18 +163,18 @@ class HeldLive(list):  # type: ignore[type-arg]
         why = ("the paginated historical window needs every change" if not self.catch_up
                else f"topic {item.topic!r} is not recorded in the transaction log" if item.reason is None
                else "out-of-focus notices are not in the transaction log")
-        self.broker.counters.replay_held_offlined += 1
+        self.services.counters.replay_held_offlined += 1
         log.warning("%s (%s) offlined as slow: its replaying subscription %s held %d bytes of live messages, "
                     "and the next would pass its bound of %d bytes (a quarter of MessageMemoryLimit) or the "
                     "broker-wide TotalMessageMemoryLimit, and the replay cannot read them back from the "
                     "transaction log (%s)", self.session.id, self.session.name, self.sub_id, held, self.bound, why)
-        self.session._offline(held=held, held_during=f"subscription {self.sub_id} replayed the transaction log")
+        self.session.offline(held=held, held_during=f"subscription {self.sub_id} replayed the transaction log")
 
     def release(self) -> None:
         """Drop every held message and take its bytes out of the accounting."""
         self.clear()
-        self.broker.memory.output -= self.bytes
-        self.broker.counters.replay_held_bytes -= self.bytes
+        self.services.clients.memory.output -= self.bytes
+        self.services.counters.replay_held_bytes -= self.bytes
         self.bytes = 0
 
     def refix(self) -> None:
@@ -220,27 +218,27 @@ class Replay:
         self.running.set()
 
 
-def start_bookmark_subscription(broker: Broker, session: Any, header: Mapping[str, Any],
+def start_bookmark_subscription(services: SessionServices, session: Any, header: Mapping[str, Any],
                                 acks: frozenset[str], *, delta: bool = False) -> None:
     """Register a bookmark subscription and start its replay task in the session's nursery.
 
     Raises:
         CommandError: no transaction log, topic not logged, bad bookmark or options.
     """
-    engine = broker.engine
-    journal = broker.journal
+    engine = services.engine
+    journal = services.durability.journal
     topic_text = header.get("topic") or ""
     pattern = TopicPattern.compile(topic_text)
     if journal is None:
         raise CommandError("invalid topic", "bookmark subscriptions need a <TransactionLog>; none is configured")
-    if pattern.regex is None and not broker.is_logged(topic_text):
+    if pattern.regex is None and not services.durability.is_logged(topic_text):
         raise CommandError(
             "invalid topic", f"topic {topic_text!r} is not recorded in the transaction log; add it to "
             "<TransactionLog><Topic> to subscribe with a bookmark"
         )
     words, pairs = parse_options(header.get("options"))
     sub_id = header.get("sub_id") or header.get("cmd_id")
-    existing = replay_of(broker, session, sub_id)
+    existing = replay_of(services, session, sub_id)
     if existing is not None and ("resume" in words or "pause" in words) and "replace" not in words:
         existing.resume() if "resume" in words else existing.pause()
         session.ack(header, acks, "processed", sub_id=sub_id)
@@ -258,20 +256,20 @@ def start_bookmark_subscription(broker: Broker, session: Any, header: Mapping[st
         session.ack(header, acks, "completed", sub_id=sub.sub_id)
         return
     # The same engine step: register, hold live messages, and fix the cut-over sequence.
-    sub.replay_buffer = HeldLive(broker, session, sub.sub_id)
+    sub.replay_buffer = HeldLive(services, session, sub.sub_id)
     cut = journal.last_sequence
     replay = Replay(sub, paused="pause" in words)
-    broker.replays[(session, sub.sub_id)] = replay
+    services.replays.register(session, sub.sub_id, replay)
     session.ack(header, acks, "processed", sub_id=sub.sub_id)
-    session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, rate)
+    session.spawn(_run_replay, services, session, header, acks, replay, start, cut, rate)
 
 
-def replay_of(broker: Broker, session: Any, sub_id: str | None) -> Replay | None:
+def replay_of(services: SessionServices, session: Any, sub_id: str | None) -> Replay | None:
     """The running replay of a session's subscription, if any."""
-    return broker.replays.get((session, sub_id or ""))
+    return services.replays.get(session, sub_id)
 
 
-async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+async def _run_replay(services: SessionServices, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                       replay: Replay, start: ReplayStart, cut: int, rate: Rate | None,
                       historical: HistoricalReplay | HistoricalPages | None = None) -> None:
     """Replay up to ``cut`` then cut over to live; a journal problem ends this subscription, never the client.
@@ -283,14 +281,14 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
     while the journal's disk is full) are waited for only when the replay reaches them.
     """
     sub = replay.sub
-    journal = broker.journal
+    journal = services.durability.journal
     assert journal is not None
-    broker.replays_active += 1
+    services.replays.started()
     began = time.monotonic()
     encoder = None
     if historical is None and rate is None:  # every record is a plain delivery: encode chunks off the loop
         encoder = ChunkEncoder(sub.sub_id, f"{journal.instance_hash}|", sub.topic.matches, sub.filter,
-                               broker.message_type)
+                               services.message_type)
     try:
         position = start
         while True:
@@ -302,9 +300,9 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                 records = await trio.to_thread.run_sync(partial(journal.replay, position, until_sequence=until))
             try:
                 if encoder is not None:
-                    going = await _send_encoded(broker, session, replay, records, encoder)
+                    going = await _send_encoded(services, session, replay, records, encoder)
                 else:
-                    going = await _send_records(broker, session, replay, records, rate, historical)
+                    going = await _send_records(services, session, replay, records, rate, historical)
                 if not going:
                     return  # unsubscribed (or replaced) during the replay
             finally:
@@ -325,7 +323,7 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
             # The rest of the replay is not on disk yet (the journal's disk is full, or a group commit is
             # under way): wait for it, then read on from where this pass stopped.
             replay.waiting_for_journal = True
-            await broker.wait_durable()
+            await services.durability.wait_durable()
             replay.waiting_for_journal = False
             if replay.read_to:
                 position = ReplayStart.after(replay.read_to)
@@ -349,25 +347,25 @@ async def _run_replay(broker: Broker, session: Any, header: Mapping[str, Any], a
                  "cut-over)", session.id, replay.sent, session.name, sub.sub_id, time.monotonic() - began, len(held),
                  held_live.catch_ups if isinstance(held_live, HeldLive) else 0)
     except (JournalError, OSError) as exc:
-        _replay_failed(broker, session, header, acks, sub, exc, replay.sent, replay.last_bm)
+        _replay_failed(services, session, header, acks, sub, exc, replay.sent, replay.last_bm)
     finally:
         if isinstance(sub.replay_buffer, HeldLive):
             sub.replay_buffer.release()
         sub.replay_buffer = None
-        broker.replays.pop((session, sub.sub_id), None)
-        broker.replays_active -= 1
+        services.replays.unregister(session, sub.sub_id)
+        services.replays.finished()
         if historical is not None:
             historical.close()
 
 
-async def _send_encoded(broker: Broker, session: Any, replay: Replay, runs: Iterator[list[Record]],
+async def _send_encoded(services: SessionServices, session: Any, replay: Replay, runs: Iterator[list[Record]],
                         encoder: ChunkEncoder) -> bool:
     """Send the records of ``runs`` encoded a chunk at a time in a worker thread; ``False`` when the subscription
     went away."""
     sub = replay.sub
-    journal = broker.journal
+    journal = services.durability.journal
     assert journal is not None
-    router = broker.engine.router
+    router = services.engine.router
     outbound = session.outbound
     while True:
         chunk = await trio.to_thread.run_sync(encoder.take, runs)
@@ -390,19 +388,19 @@ async def _send_encoded(broker: Broker, session: Any, replay: Replay, runs: Iter
             await outbound.wait_below(WATERMARK // 2)
 
 
-async def _send_records(broker: Broker, session: Any, replay: Replay, records: Iterator[Record], rate: Rate | None,
+async def _send_records(services: SessionServices, session: Any, replay: Replay, records: Iterator[Record], rate: Rate | None,
                         historical: HistoricalReplay | HistoricalPages | None) -> bool:
     """Send ``records`` one at a time (paced, or decided by a historical query); ``False`` when the subscription
     went away."""
     sub = replay.sub
-    journal = broker.journal
+    journal = services.durability.journal
     assert journal is not None
     parsers: dict[str, Any] = {}
     while True:
         chunk, problem = await trio.to_thread.run_sync(_take, records)
         if not chunk and problem is None:
             return True
-        if broker.engine.router.get(session, sub.sub_id) is not sub:
+        if services.engine.router.get(session, sub.sub_id) is not sub:
             return False
         for rec in chunk:
             replay.read_to = rec.sequence
@@ -416,7 +414,7 @@ async def _send_records(broker: Broker, session: Any, replay: Replay, records: I
                 continue
             elif sub.filter is not None:
                 try:
-                    if not sub.filter(_parser(broker, parsers, rec.message_type).parse(rec.data)):
+                    if not sub.filter(_parser(services, parsers, rec.message_type).parse(rec.data)):
                         continue
                 except BrokerError:
                     continue
@@ -424,13 +422,13 @@ async def _send_records(broker: Broker, session: Any, replay: Replay, records: I
                 await replay.running.wait()
             if rate is not None:
                 await rate.pace(rec)
-            if broker.engine.router.get(session, sub.sub_id) is not sub:
+            if services.engine.router.get(session, sub.sub_id) is not sub:
                 return False
             replay.last_bm = journal.bookmark(rec.sequence)
             if oof is not None:
                 deliver(session, rec.topic, sub.sub_id, oof.last_data, replay.last_bm, rec.sow_key.decode() or None,
                         None, command="oof", reason=oof.oof_reason)
-                broker.engine.counters.oof.add(oof.oof_reason)
+                services.engine.counters.oof.add(oof.oof_reason)
                 continue
             deliver(session, rec.topic, sub.sub_id, rec.data, replay.last_bm,
                     rec.sow_key.decode() or None, rec.correlation_id.decode() or None)
@@ -441,10 +439,10 @@ async def _send_records(broker: Broker, session: Any, replay: Replay, records: I
             await session.outbound.wait_below(WATERMARK // 2)
 
 
-def _parser(broker: Broker, parsers: dict[str, Any], message_type: str) -> Any:
+def _parser(services: SessionServices, parsers: dict[str, Any], message_type: str) -> Any:
     mt = parsers.get(message_type)
     if mt is None:
-        mt = parsers[message_type] = broker.message_type(message_type)
+        mt = parsers[message_type] = services.message_type(message_type)
     return mt
 
 
@@ -567,16 +565,16 @@ def describe_damage(exc: BaseException) -> str:
             "(or set the damaged-record policy to skip) and subscribe again")
 
 
-def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+def _replay_failed(services: SessionServices, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                    sub: Subscription, exc: BaseException, sent: int, last_bm: str | None) -> None:
     """Tell the client its replay failed, end that subscription, count and log it; the connection stays."""
     text = describe_damage(exc) if isinstance(exc, JournalDamageError) else f"{REPLAY_FAILED}: {exc}"
-    broker.counters.replay_failures += 1
+    services.counters.replay_failures += 1
     log.error("%s (%s): replay for subscription %s on %r failed after %d messages: %s", session.id, session.name,
               sub.sub_id, header.get("topic"), sent, text)
-    still = broker.engine.router.get(session, sub.sub_id) is sub
+    still = services.engine.router.get(session, sub.sub_id) is sub
     if still:
-        broker.engine.unsubscribe(session, sub.sub_id)
+        services.engine.unsubscribe(session, sub.sub_id)
         # An out-of-focus notice routed to the subscription's handler (the client hands `oof` with `sids` to it
         # whether or not the subscription asked for OOF), with the reason; then the completed ack as a failure.
         deliver(session, header.get("topic") or "", sub.sub_id, b"", last_bm, None, None,
@@ -584,7 +582,7 @@ def _replay_failed(broker: Broker, session: Any, header: Mapping[str, Any], acks
         session.ack(header, acks, "completed", sub_id=sub.sub_id, reason=REPLAY_FAILED)
 
 
-def historical_topics(broker: Broker, header: Mapping[str, Any]) -> list[Any] | None:
+def historical_topics(services: SessionServices, header: Mapping[str, Any]) -> list[Any] | None:
     """The SOW topics a sow_and_subscribe starts from a point in time, or ``None`` for a plain one.
 
     Seed 000: a sow_and_subscribe with a timestamp bookmark on a topic with ``<History>`` returns the SOW as of
@@ -598,10 +596,10 @@ def historical_topics(broker: Broker, header: Mapping[str, Any]) -> list[Any] | 
     if as_of is None:
         return None
     pattern = TopicPattern.compile(header.get("topic") or "")
-    topics = [t for name, t in broker.engine.sow_topics.items() if t.history is not None and pattern.matches(name)]
+    topics = [t for name, t in services.engine.sow_topics.items() if t.history is not None and pattern.matches(name)]
     if not topics:
         return None
-    unlogged = [t.name for t in topics if broker.journal is None or not broker.is_logged(t.name)]
+    unlogged = [t.name for t in topics if services.durability.journal is None or not services.durability.is_logged(t.name)]
     if unlogged:
         raise CommandError(
             "invalid topic", f"a historical sow_and_subscribe replays the transaction log after its snapshot, but "
@@ -610,18 +608,18 @@ def historical_topics(broker: Broker, header: Mapping[str, Any]) -> list[Any] | 
     return topics
 
 
-def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str, Any], acks: frozenset[str],
+def prepare_historical_replay(services: SessionServices, session: Any, header: Mapping[str, Any], acks: frozenset[str],
                               sub: Subscription, topics: list[Any]) -> tuple[Any, Any]:
     """In the engine step that took the query's snapshot and registered ``sub``: hold its live messages and fix
     the cut-over sequence. Returns ``(begin, cancel)``: ``begin()`` starts the replay (after group_end);
     ``cancel()`` releases everything when the query failed before it."""
-    journal = broker.journal
+    journal = services.durability.journal
     assert journal is not None
     as_of = historical_time(header)
     assert as_of is not None
     now = time.time_ns()
     window = sub.extra.get("historical_window")
-    sub.replay_buffer = HeldLive(broker, session, sub.sub_id, catch_up=window is None)
+    sub.replay_buffer = HeldLive(services, session, sub.sub_id, catch_up=window is None)
     cut = journal.last_sequence
     bounds = {t.name: t.history.as_of_bound(as_of) for t in topics}
     snapshots = {t.name: t.history.snapshot(as_of, now, count=False) for t in topics}
@@ -629,22 +627,22 @@ def prepare_historical_replay(broker: Broker, session: Any, header: Mapping[str,
     historical: HistoricalReplay | HistoricalPages
     if window is not None:  # paginated: one topic (start_sow refuses more)
         topic = topics[0]
-        historical = HistoricalPages(broker, sub, topic, window, bounds[topic.name], snapshots[topic.name])
+        historical = HistoricalPages(services, sub, topic, window, bounds[topic.name], snapshots[topic.name])
         sub.capture_all = True
     else:
         historical = HistoricalReplay(sub, bounds, snapshots, {t.name: t.message_type for t in topics})
     replay = Replay(sub, paused=False)
-    broker.replays[(session, sub.sub_id)] = replay
+    services.replays.register(session, sub.sub_id, replay)
     start = ReplayStart.since(min(bounds.values()) + 1)
 
     def begin() -> None:
-        session.spawn(_run_replay, broker, session, header, acks, replay, start, cut, None, historical)
+        session.spawn(_run_replay, services, session, header, acks, replay, start, cut, None, historical)
 
     def cancel() -> None:  # the query failed before group_end: no replay
         if isinstance(sub.replay_buffer, HeldLive):
             sub.replay_buffer.release()
         sub.replay_buffer = None
-        broker.replays.pop((session, sub.sub_id), None)
+        services.replays.unregister(session, sub.sub_id)
         historical.close()
 
     return begin, cancel
@@ -663,8 +661,8 @@ class HistoricalPages:
     one.
     """
 
-    def __init__(self, broker: Broker, sub: Subscription, topic: Any, window: Any, bound: int, snapshot: Any) -> None:
-        self.broker = broker
+    def __init__(self, services: SessionServices, sub: Subscription, topic: Any, window: Any, bound: int, snapshot: Any) -> None:
+        self.services = services
         self.sub = sub
         self.topic = topic
         self.window = window
@@ -688,7 +686,7 @@ class HistoricalPages:
         moved = self.window.results.move(key, message)
         if moved is None or not window_affected(self.window, *moved):
             return
-        refresh_window(self.window, self.topic, key, previous, record, self.broker.engine.counters.oof, reason,
+        refresh_window(self.window, self.topic, key, previous, record, self.services.engine.counters.oof, reason,
                        self.lookup)
 
     def decide(self, rec: Record) -> None:
@@ -697,7 +695,7 @@ class HistoricalPages:
             return None
         key = rec.sow_key.decode()
         if rec.command in (Command.PUBLISH, Command.DELTA_PUBLISH):
-            journal = self.broker.journal
+            journal = self.services.durability.journal
             self.apply(key, SowRecord(key, rec.data, rec.timestamp_ns, rec.sequence, getattr(rec, "expiration_ns", 0),
                                       journal.bookmark(rec.sequence) if journal is not None else "",
                                       rec.correlation_id.decode()))
@@ -718,7 +716,7 @@ class HistoricalPages:
                 self.apply(key, SowRecord(key, item.body, 0, 0, 0, item.bm or "", item.x or ""))
         sub = self.sub
         sub.capture_all = False
-        engine = self.broker.engine
+        engine = self.services.engine
         if engine.router.get(sub.client, sub.sub_id) is not sub:
             return
         results = self.window.results

@@ -7,13 +7,13 @@ connection carries on; a broken byte stream closes this connection only.
 
 from __future__ import annotations
 
-import itertools
 import logging
+import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import trio
 
@@ -33,21 +33,18 @@ from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_
 from broker.protocol._connection import LargeFrame
 from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 from broker.security import AuthenticationRefused, Identity, LogonRequest
-from broker.server.outbound import Flusher, Outbound, SlowClient
+from broker.server.outbound import Flusher, LargeBody, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
-from broker.server.replay import historical_topics, prepare_historical_replay
-from broker.server.sockio import SocketInput, TurnBudget
+from broker.server.replay import historical_topics, prepare_historical_replay, start_bookmark_subscription
+from broker.server.services import SessionServices
+from broker.server.sockio import SocketInput, TurnBudget, socket_fd
+from broker.server.statistics_assembly import client_row
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
 from broker.txlog.dedup import publisher_key
 
-if TYPE_CHECKING:
-    from broker.server.kernel import Broker
-
 log = logging.getLogger("broker.session")
-
-_ids = itertools.count(1)
 
 #: The most bytes one socket read takes (its frames are applied together).
 READ_SIZE = 65536
@@ -90,16 +87,20 @@ class Session(PublishBatch):
 
     Args:
         stream: The connected socket stream.
-        broker: The running broker (engine, config, statistics).
+        services: What of its broker the connection uses (:class:`~broker.server.services.SessionServices`).
         transport: The transport configuration the client connected through.
         remote: The peer address for logs and statistics.
     """
 
-    def __init__(self, stream: trio.abc.Stream, broker: Broker, transport: Any, remote: str) -> None:
-        self.id = f"client-{next(_ids)}"
+    def __init__(self, stream: trio.abc.Stream, services: SessionServices, transport: Any, remote: str) -> None:
+        self.id = f"client-{next(services.ids)}"
         self.stream = stream
-        self.broker = broker
-        self.engine = broker.engine
+        self.services = services
+        self.engine = services.engine
+        self.durability = services.durability
+        self.clients = services.clients
+        self.counters = services.counters
+        self.security = services.security
         self.transport = transport
         self.remote = remote
         # Before logon only a small frame is read (<MaxLogonSize>): a peer that has not proved who it is does not get
@@ -111,7 +112,7 @@ class Session(PublishBatch):
                                else "the Transport's <MaxMessageSize>", large_frames=True)
         #: This connection's work per loop turn (a websocket stream's own, shared: it parses the WebSocket frames).
         self.turn: TurnBudget = getattr(stream, "turn", None) or TurnBudget()
-        self.outbound = Outbound(transport.client_buffer, broker.memory)
+        self.outbound = Outbound(transport.client_buffer, services.clients.memory)
         #: Bytes of the broker-wide budget reserved for the frame being received.
         self._reserved_in = 0
         self.name = ""
@@ -122,14 +123,14 @@ class Session(PublishBatch):
         #: Whether the key includes a proved identity (the logon was authenticated).
         self.identity_keyed = False
         self.logged_on = False
-        self.message_type = broker.message_type(transport.message_type or "json")
+        self.message_type = services.message_type(transport.message_type or "json")
         self.connected_at = time.time()
         self.messages_in = 0
         self.messages_out = 0
         self.bytes_in = 0
         #: The client's socket as the reader reads it (``None`` until it starts, and on other streams: TLS, tests').
         self.input: SocketInput | None = None
-        self._held: list[bytes] | None = None
+        self._held: list[bytes | LargeBody] | None = None
         #: Bytes in ``_held``: they count against the outbound bound like queued bytes.
         self._held_bytes = 0
         self._hold_depth = 0
@@ -138,7 +139,7 @@ class Session(PublishBatch):
         self._nursery: trio.Nursery | None = None
         self.closed_reason = ""
         #: The transport's authentication and entitlement modules.
-        self._authenticator, self._entitlements = broker.security.for_transport(transport.name)
+        self._authenticator, self._entitlements = services.security.for_transport(transport.name)
         #: Who the logon proved to be (``None`` before a successful logon).
         self.identity: Identity | None = None
         #: What the identity may do; ``None``: everything (no check on any command).
@@ -148,9 +149,13 @@ class Session(PublishBatch):
         self._persist_after = 0
         #: Refused commands by kind, for audit-line rate limiting.
         self._refused: dict[str, int] = {}
+        #: The broker is shutting down (:meth:`drain`): no more commands are read.
+        self._draining = False
+        #: The reader waits for input (no command of this client is under way).
+        self._reading = False
 
     # -- outbound ------------------------------------------------------------------------------------
-    def emit(self, frame: bytes, *, messages: int = 0, now: bool = False) -> None:
+    def emit(self, frame: bytes | LargeBody, *, messages: int = 0, now: bool = False) -> None:
         """Queue encoded frames for this client: the one way out of the session.
 
         Everything a client is sent comes through here: the engine's deliveries (formatted by
@@ -169,9 +174,9 @@ class Session(PublishBatch):
         outbound = self.outbound
         if outbound.put(frame):
             if outbound.overflowed:
-                self._offline()
+                self.offline()
             elif outbound.budget.over:
-                self.broker.shed_consumers()
+                self.clients.shed_consumers()
 
     def oof_entitled(self, topic: str, body: bytes, reason: str | None) -> tuple[bytes, str | None]:
         """An out-of-focus notice whose new state is outside this identity's entitlement filter goes out
@@ -181,7 +186,8 @@ class Session(PublishBatch):
         if text is None:
             return body, reason
         try:
-            ok = bool(self.engine.compile_filter(text)(self.message_type_of(topic).parse(body)))
+            predicate = self.engine.compile_filter(text)
+            ok = predicate is None or bool(predicate(self.message_type_of(topic).parse(body)))
         except BrokerError:
             ok = False
         return (body, reason) if ok else (b"", "entitlement")
@@ -191,7 +197,7 @@ class Session(PublishBatch):
         sow = self.engine.sow_topics.get(topic)
         return sow.message_type if sow is not None else self.message_type
 
-    def _hold(self, frame: bytes) -> None:
+    def _hold(self, frame: bytes | LargeBody) -> None:
         """Keep a live message back until the query streaming now ends (no gap, no reordering).
 
         Held bytes count against the client's outbound bound: a client that cannot take a snapshot
@@ -202,20 +208,20 @@ class Session(PublishBatch):
         self._held.append(frame)
         self._held_bytes += len(frame)
         if self._held_bytes + self.outbound.size > self.outbound.limit:
-            self._offline(held=self._held_bytes)
+            self.offline(held=self._held_bytes)
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (ends with the connection)."""
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def _offline(self, held: int = 0, total: int = 0, held_during: str = "a query streamed") -> None:
+    def offline(self, held: int = 0, total: int = 0, held_during: str = "a query streamed") -> None:
         """Disconnect a slow client: its outbound bound was exceeded, or (``total``) the broker-wide
         ``<TotalMessageMemoryLimit>`` was and it is the largest consumer. ``held`` bytes of live messages
         were held meanwhile, ``held_during`` what (for the log line)."""
         if not self.closed_reason:
             self.closed_reason = "slow client"
-            self.broker.counters.slow_client_disconnects += 1
+            self.counters.slow_client_disconnects += 1
             if total:
                 log.warning("%s (%s) disconnected: the largest consumer (%d bytes queued) while client buffers "
                             "exceeded the broker-wide TotalMessageMemoryLimit of %d bytes", self.id, self.name,
@@ -237,7 +243,7 @@ class Session(PublishBatch):
     # -- lifecycle -----------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve the client until it disconnects, breaks the protocol, or is offlined."""
-        self.broker.sessions.add(self)
+        self.clients.add(self)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -247,29 +253,66 @@ class Session(PublishBatch):
                 if self.transport.idle_timeout > 0:
                     nursery.start_soon(self._idle_deadline, self.transport.idle_timeout)
                 await self._reader()
+                if self._draining and not self.closed_reason:
+                    await self._finish_draining()
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
-            self.broker.sessions.discard(self)
-            if self.logged_on and self.broker.sessions_by_name.get(self.name) is self:
-                del self.broker.sessions_by_name[self.name]
-            if self.logged_on:
-                self.broker.client_names.release(self.name, self)  # its user's for the de-duplication window
+            self.clients.remove(self, logged_on=self.logged_on)  # its name its user's for the de-duplication window
             self.engine.disconnect(self)
-            self.broker.counters.client_disconnects += 1
-            self.broker.counters.bytes_out_closed += self.outbound.bytes_out  # totals never go down
+            self.counters.client_disconnects += 1
+            self.counters.bytes_out_closed += self.outbound.bytes_out  # totals never go down
             self.outbound.discard()
-            self.broker.memory.input -= self._reserved_in
+            self.clients.memory.input -= self._reserved_in
             self._reserved_in = 0
             closing = getattr(self.stream, "closing", None)
             if closing is not None and self.closed_reason:
                 closing(self.closed_reason)
             with trio.move_on_after(1) as cs:
                 cs.shield = True
+                if self._draining:
+                    await self._half_close()
                 await trio.aclose_forcefully(self.stream)
             log.info("%s %s (%s) disconnected%s", self.id, self.name or "-", self.remote,
                      f": {self.closed_reason}" if self.closed_reason else "")
+
+    def drain(self) -> None:
+        """The broker is shutting down: read no more commands. Those under way finish; then (in :meth:`run`) the
+        persisted acks this client waits for go out with the next journal sync, what is queued is written, and
+        the connection closes with the reason :data:`SHUTDOWN_REASON` (a WebSocket client gets it in the close
+        frame; a TCP client sees the end of the stream after its last ack). Called again until it closed."""
+        self._draining = True
+        if not self._reading or self.outbound.held:
+            return  # a command is under way (the reader stops after it), or the writer may be waiting on the socket
+        fd = socket_fd(self.stream) if self.input is not None else socket_fd(getattr(self.stream, "stream", None))
+        if fd is not None:
+            trio.lowlevel.notify_closing(fd)  # wakes the reader (ClosedResourceError): no command is lost
+        elif self.close(SHUTDOWN_REASON):  # a TLS stream: nothing to wake its read with
+            pass
+
+    async def _finish_draining(self) -> None:
+        """After the last command of a draining session: its persisted acks, its queue, then close."""
+        await self.durability.wait_durable()  # the syncer sends the acks waiting for these records first
+        while self.outbound.held and not self.outbound.closed:
+            await self.outbound.wait_below(0)
+            if self.outbound.held:
+                await trio.sleep(0.005)  # the last batch is being written
+        self.close(SHUTDOWN_REASON)
+
+    async def _half_close(self) -> None:
+        """End a drained TCP connection cleanly: the end of the stream after everything written, then what the
+        client still sends is read and dropped until it closes too (a close with unread input would reset the
+        connection, and the client could lose the acks in flight)."""
+        sock = getattr(self.stream, "socket", None)
+        if sock is None:
+            return
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            while await self.stream.receive_some(READ_SIZE):
+                pass
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     def close(self, reason: str) -> bool:
         """Disconnect this client (its tasks are cancelled; ``run`` cleans up), giving ``reason`` in the log.
@@ -292,7 +335,7 @@ class Session(PublishBatch):
             log.warning("%s (%s) closed: no logon within %gs of connecting (the Transport's <LogonTimeout>)",
                         self.id, self.remote, seconds)
             if self.close(f"no logon within {seconds:g}s"):
-                self.broker.counters.logon_timeouts += 1
+                self.counters.logon_timeouts += 1
 
     async def _idle_deadline(self, seconds: float) -> None:
         """Close the connection once nothing arrived from it for ``seconds`` (``<IdleTimeout>``).
@@ -306,7 +349,7 @@ class Session(PublishBatch):
                 log.warning("%s %s (%s) closed: nothing received for %gs (the Transport's <IdleTimeout>)",
                             self.id, self.name or "-", self.remote, seconds)
                 if self.close(f"idle for {seconds:g}s"):
-                    self.broker.counters.idle_timeouts += 1
+                    self.counters.idle_timeouts += 1
                 return
             await trio.sleep(seconds - quiet)
 
@@ -314,7 +357,7 @@ class Session(PublishBatch):
         try:
             await self.outbound.write_to(self.stream)
         except SlowClient:
-            self._offline()
+            self.offline()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
@@ -323,12 +366,17 @@ class Session(PublishBatch):
         source = self.input = SocketInput.of(self.stream, READ_SIZE)
         flusher = Flusher.current() if source is not None else None
         while True:
+            if self._draining:
+                return
+            self._reading = True
             try:
                 data = await (source.read() if source is not None else self.stream.receive_some(READ_SIZE))
                 if source is not None:
                     self.turn.yielded()  # SocketInput.read always yields
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            finally:
+                self._reading = False
             if not data:
                 return
             self._count_input(data)
@@ -360,6 +408,7 @@ class Session(PublishBatch):
                         if not self._reserve_input():
                             return
                         if hold_end:
+                            assert source is not None and flusher is not None  # writes are held on sockets only
                             more = source.read_waiting() if perf_counter() < hold_end else b""
                             if more:
                                 self._count_input(more)
@@ -372,7 +421,7 @@ class Session(PublishBatch):
                         break
                     if frame is CLOSED:
                         return
-                    if type(frame) is LargeFrame:  # its body joined in a worker thread (bytes.join releases the GIL)
+                    if isinstance(frame, LargeFrame):  # its body joined in a worker thread (bytes.join releases the GIL)
                         frame = await trio.to_thread.run_sync(frame.join)
                     header = frame.header
                     if header is plain or (header.command in PLAIN_PUBLISH and self.logged_on and (
@@ -386,9 +435,10 @@ class Session(PublishBatch):
                         run += len(batch)
                         batch = []
                     elif hold_end:  # what earlier reads' publishes reached goes out before this command runs
+                        assert flusher is not None
                         flusher.flush()
                     hold_end = 0.0
-                    await self._dispatch(header, bytes(frame.body))
+                    await self._dispatch(cast("Mapping[str, Any]", header), bytes(frame.body))  # a Header reads as one
                     if self._logon_bound and self.logged_on:
                         self._logon_bound = 0
                         conn.limit(self.transport.max_message_size, "the Transport's <MaxMessageSize>")
@@ -397,12 +447,12 @@ class Session(PublishBatch):
                     if self.turn.spend():  # thousands of small commands in one read: let other clients run
                         await self.turn.pace()
             except NotAmpsError as exc:
-                self.broker.counters.protocol_errors += 1
+                self.counters.protocol_errors += 1
                 self.closed_reason = "not an AMPS client"
-                log.warning("%s (%s) closed: %s; %s", self.id, self.remote, exc, self.broker.websocket_hint())
+                log.warning("%s (%s) closed: %s; %s", self.id, self.remote, exc, self.services.websocket_hint())
                 return
             except ProtocolError as exc:
-                self.broker.counters.protocol_errors += 1
+                self.counters.protocol_errors += 1
                 self.closed_reason = f"protocol error: {exc}"
                 log.warning("%s (%s) sent a broken frame, closing: %s", self.id, self.remote, exc)
                 return
@@ -410,11 +460,12 @@ class Session(PublishBatch):
                 if batch:  # the frames before a broken one, or before the end of the stream
                     self._apply_batch(batch, flusher)
                 elif hold_end:
+                    assert flusher is not None
                     flusher.flush()
 
-    def _count_input(self, data: bytes) -> None:
+    def _count_input(self, data: bytes | bytearray) -> None:
         self.bytes_in += len(data)
-        self.broker.counters.bytes_in += len(data)
+        self.counters.bytes_in += len(data)
         self._last_heard = trio.current_time()
 
     def _apply_batch(self, batch: list[Any], flusher: Flusher | None, *, hold: bool = False) -> None:
@@ -443,10 +494,10 @@ class Session(PublishBatch):
         reserved = self._reserved_in
         if need == reserved:
             return True
-        budget = self.broker.memory
+        budget = self.clients.memory
         # Only a logged-on client's frame may shed consumers to make room: before logon a peer could declare
         # frame after frame (reserved at their declared size) and push others out without sending a payload.
-        if need > reserved and not (self.broker.make_room(need - reserved) if self.logged_on
+        if need > reserved and not (self.clients.make_room(need - reserved) if self.logged_on
                                     else budget.fits(need - reserved)):
             budget.refused_frames += 1
             self.closed_reason = (f"a frame of {need} bytes does not fit the broker-wide TotalMessageMemoryLimit "
@@ -483,7 +534,7 @@ class Session(PublishBatch):
                 # A long filter compiles in a worker thread; this client's later commands wait for this
                 # one (the reader awaits each dispatch), so its acks and results stay in order.
                 compiled = await trio.to_thread.run_sync(self.engine.compile_uncached, text,
-                                                         limiter=FILTER_COMPILE_LIMITER)
+                                                         limiter=self.services.filter_compile_limiter)
                 self.engine.keep_filter(text, compiled)
             if handler is not None:
                 handler(self, header, body, acks)
@@ -502,20 +553,20 @@ class Session(PublishBatch):
         discards every message up to that ``s``), except for a refusal because the journal or the storage
         cannot be written (a full disk), which is answered at once.
         Publishes refused because the journal or the SOW storage cannot be written are counted by reason
-        and logged in summary (:func:`_refusal_log`), not one line each: a publish storm must not become a
+        and logged in summary (:class:`~broker.server.refusal_log.RefusalLog`), not one line each: a publish storm must not become a
         log storm.
         """
-        self.broker.counters.commands_failed += 1
+        self.counters.commands_failed += 1
         refused = REFUSED_REASONS.get(exc.reason) if command in PLAIN_PUBLISH or command == "sow_delete" else None
         if refused is not None:
             if refused == "journal":
-                self.broker.counters.publishes_refused_journal += 1
+                self.counters.publishes_refused_journal += 1
             else:
-                self.broker.counters.publishes_refused_storage += 1
-            _refusal_log(refused, self, command, exc)
+                self.counters.publishes_refused_storage += 1
+            self.services.refusals.refused(refused, self.id, self.name, command, exc)
         elif command in PLAIN_PUBLISH and exc.reason in _CHECKED_REASONS:
             # A publisher sending options or to an /AMPS/ topic is refused per message: summarised, not a log storm.
-            _refusal_log("checked", self, command, exc)
+            self.services.refusals.refused("checked", self.id, self.name, command, exc)
         elif isinstance(exc, CommandError):
             log.info("%s (%s): %s failed: %s", self.id, self.name, command or "command", exc.detail)
         else:
@@ -523,13 +574,13 @@ class Session(PublishBatch):
         if "processed" in acks:
             self.ack(header, acks, "processed", reason=exc.reason, now=True)
         if "persisted" in acks:
-            journal = self.broker.journal
+            journal = self.durability.journal
             if refused is None and journal is not None and journal.durable_sequence < self._persist_after:
                 # The client's publish store discards every message up to the s of any persisted ack, failed or
                 # not: this one waits until this client's earlier messages are durable (the next sync). A refusal
                 # because the journal or the storage cannot be written is answered at once: those can last, and
                 # the publisher must learn of them while they do.
-                self.broker.after_durable(self._persist_after, self, header, exc.reason)
+                self.durability.after_durable(self._persist_after, self, header, exc.reason)
             else:
                 self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
         if "stats" in acks:
@@ -560,8 +611,8 @@ class Session(PublishBatch):
         if is_regex_topic(topic):
             # A plain subscription to a regex reaches only the topics the identity reads without a filter
             # (_readable_unfiltered guards it); a query or replay over a regex needs read on everything.
-            plain = command in ("subscribe", "delta_subscribe") and not bookmark and not self.broker.replays.get(
-                (self, header.get("sub_id") or ""))
+            plain = command in ("subscribe", "delta_subscribe") and not bookmark and not self.services.replays.get(
+                self, header.get("sub_id"))
             if not grants.reads_everything() and not plain:
                 self._refuse("read", topic, f"{command} of the regular expression {topic!r} (an identity with "
                              "per-topic entitlements queries topics by name)")
@@ -595,7 +646,7 @@ class Session(PublishBatch):
             CommandError: always, ``not entitled``.
         """
         count = self._refused[what] = self._refused.get(what, 0) + 1
-        security = self.broker.security
+        security = self.security
         if count <= 10 or count % 1000 == 0:
             more = f" ({count} such refusals on this connection)" if count > 10 else ""
             security.refused(what, client=self.name, remote=self.remote,
@@ -619,7 +670,7 @@ class Session(PublishBatch):
             if request.client_name is not None and "\x00" in request.client_name:
                 raise AuthenticationRefused("client_name contains a NUL character")
             host = self.remote.rpartition(":")[0]
-            security = self.broker.security
+            security = self.security
             if checked and (wait := security.blocked_for(request.user, host)) > 0:
                 checked = False
                 raise AuthenticationRefused(f"too many refused logons for this user from {host}; refused without "
@@ -628,12 +679,12 @@ class Session(PublishBatch):
             grants = self._entitlements.grants(identity)
         except AuthenticationRefused as exc:
             if self._authenticator.checks_credentials:
-                self.broker.security.logon_refused(request.user, self.remote.rpartition(":")[0], checked=checked)
+                self.security.logon_refused(request.user, self.remote.rpartition(":")[0], checked=checked)
             if self._logon_refused(header, acks, request, str(exc)):
                 await self._flush_and_close()
             return
         if self._authenticator.checks_credentials:
-            self.broker.security.logon_accepted(request.user, self.remote.rpartition(":")[0])
+            self.security.logon_accepted(request.user, self.remote.rpartition(":")[0])
         if taken := self._name_taken(header.get("client_name") or self.id, identity):
             if self._logon_refused(header, acks, request, taken, failure=NAME_IN_USE):
                 await self._flush_and_close()
@@ -646,9 +697,9 @@ class Session(PublishBatch):
         """Why this logon may not use its client name (another authenticated user holds it, or held it within
         the de-duplication window: the name's publishes and bookmarks are theirs); empty when it may, or when
         ``<AllowClientNameTakeover>`` allows a takeover."""
-        if not self._authenticator.checks_credentials or self.broker.config.allow_client_name_takeover:
+        if not self._authenticator.checks_credentials or self.services.config.allow_client_name_takeover:
             return ""
-        holder = self.broker.client_names.owner(name, identity.user)
+        holder = self.clients.names.owner(name, identity.user)
         if holder is None:
             return ""
         return (f"client name {name!r} belongs to user {holder!r} (connected, or within the de-duplication "
@@ -667,9 +718,9 @@ class Session(PublishBatch):
         self.logons_refused += 1
         shown_user = request.user if request.user is None or len(request.user) <= 64 else request.user[:64] + "..."
         shown_name = (request.client_name or "")[:64]
-        self.broker.security.refused("logon", client=shown_name, remote=self.remote, user=shown_user,
+        self.security.refused("logon", client=shown_name, remote=self.remote, user=shown_user,
                                      reason=reason[:300])
-        self.broker.counters.commands_failed += 1
+        self.counters.commands_failed += 1
         self.ack(header, acks | {"processed"}, "processed", reason=failure or AUTHENTICATION_FAILURE, now=True)
         return self.logged_on or self.logons_refused >= MAX_LOGON_ATTEMPTS
 
@@ -683,14 +734,13 @@ class Session(PublishBatch):
                 if self.outbound.held:
                     await trio.sleep(0.005)  # the last batch is being written
         if self.close(reason):
-            self.broker.counters.logons_refused_disconnects += 1
+            self.counters.logons_refused_disconnects += 1
 
     def _accept_logon(self, header: Mapping[str, Any], acks: frozenset[str]) -> None:
-        names = self.broker.client_names
+        names = self.clients.names
         if self.logged_on:  # logging on again, maybe under another name
             names.release(self.name, self)
-            if self.broker.sessions_by_name.get(self.name) is self:
-                del self.broker.sessions_by_name[self.name]
+        previous_name = self.name if self.logged_on else None
         self.name = header.get("client_name") or self.id
         # De-duplication is keyed by identity and client name: another user's sequence numbers under this
         # name never make this one's publishes look like re-sends (an open transport proves no identity).
@@ -699,18 +749,17 @@ class Session(PublishBatch):
         self.identity_keyed = user is not None
         self.publisher_key = publisher_key(self.name, user)
         self.name_hash = client_name_hash(self.publisher_key)
-        if user is not None and self.broker.journal is not None:
+        if user is not None and self.durability.journal is not None:
             # A journal written before identities were keyed: the name's entry becomes this identity's.
-            self.broker.journal.dedup.adopt(client_name_hash(self.name), self.name_hash)
+            self.durability.journal.dedup.adopt(client_name_hash(self.name), self.name_hash)
         holder = names.owner(self.name, user)
         names.claim(self.name, user, self)
         mt = header.get("message_type")
         if mt and self.transport.message_type is None:
-            self.message_type = self.broker.message_type(mt)
+            self.message_type = self.services.message_type(mt)
         self.logged_on = True
-        previous = self.broker.sessions_by_name.get(self.name)
-        self.broker.sessions_by_name[self.name] = self
-        if previous is not None and previous is not self:
+        previous = self.clients.logged_on(self, previous_name)
+        if previous is not None:
             # AMPS's behaviour: the newest logon wins; two clients under one name would share its
             # de-duplication and bookmark state.
             log.warning("%s (%s) logged on as %s, already used by %s (%s): disconnecting %s%s", self.id,
@@ -718,19 +767,19 @@ class Session(PublishBatch):
                         f" (user {user!r} took the name over from user {holder!r}: <AllowClientNameTakeover> "
                         "is true)" if holder is not None else "")
             if previous.close(f"client name {self.name!r} logged on again by {self.id} ({self.remote})"):
-                self.broker.counters.duplicate_name_disconnects += 1
-        last = self.broker.last_persisted(self.publisher_key, self.name_hash)
-        self.ack(header, acks | {"processed"}, "processed", version=self.broker.version,
+                self.counters.duplicate_name_disconnects += 1
+        last = self._last_persisted()
+        self.ack(header, acks | {"processed"}, "processed", version=self.services.version,
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
     def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         command = header.get("command") or "subscribe"
         delta = command == "delta_subscribe"
-        bookmarked = bool(header.get("bookmark") or self.broker.replays.get((self, header.get("sub_id") or "")))
+        bookmarked = bool(header.get("bookmark") or self.services.replays.get(self, header.get("sub_id")))
         check_command(command, header, bookmark=bookmarked)
         if bookmarked:
-            self.broker.bookmark_subscribe(self, header, acks, delta=delta)
+            start_bookmark_subscription(self.services, self, header, acks, delta=delta)
             return
         guard = self._readable_unfiltered if self.grants is not None and not self.grants.reads_everything() else None
         sub = self.engine.subscribe(self, header, kind="delta" if delta else "subscribe", delta=delta,
@@ -747,7 +796,7 @@ class Session(PublishBatch):
         subscribe = command in ("sow_and_subscribe", "sow_and_delta_subscribe")
         delta = command == "sow_and_delta_subscribe"
         query_id = header.get("query_id") or header.get("cmd_id") or header.get("sub_id")
-        historical = historical_topics(self.broker, header) if subscribe else None
+        historical = historical_topics(self.services, header) if subscribe else None
         has_sow = self.engine.has_sow(header.get("topic") or "")
         if not has_sow and not subscribe:
             raise CommandError("invalid topic", f"topic {header.get('topic')!r} has no SOW")
@@ -757,7 +806,7 @@ class Session(PublishBatch):
         plan, batch_size, sub = start.plan, start.batch_size, start.sub
         begin_replay = cancel_replay = None
         if historical is not None and sub is not None:  # the same engine step: hold live, fix the cut-over
-            begin_replay, cancel_replay = prepare_historical_replay(self.broker, self, header, acks, sub, historical)
+            begin_replay, cancel_replay = prepare_historical_replay(self.services, self, header, acks, sub, historical)
         self._held = self._held if self._held is not None else []
         self._hold_depth += 1
         start.send_oofs(self, self.engine.counters.oof)  # held: after the results, before later live messages
@@ -791,7 +840,7 @@ class Session(PublishBatch):
                      records_returned=returned, topic_matches=plan.matched)
         finally:
             plan.close()
-            if begin_replay is not None:
+            if cancel_replay is not None:
                 cancel_replay()
             self._hold_depth -= 1
             if self._hold_depth == 0:
@@ -840,11 +889,11 @@ class Session(PublishBatch):
             reason = ("header field bookmark is not supported by sow_delete: it acknowledges queue messages, and "
                       "message queues are not supported; delete by filter, sow_keys or data")
             raise CommandError(reason, reason)
-        journal = self.broker.journal
-        logged = journal is not None and self.broker.is_logged(header.get("topic") or "")
-        if logged and self.broker.journal_disk_full:
+        journal = self.durability.journal
+        logged = journal is not None and self.durability.is_logged(header.get("topic") or "")
+        if logged and self.durability.disk_full:
             raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
-        before = journal.last_sequence if logged else 0
+        before = journal.last_sequence if logged and journal is not None else 0
         if not header.get("sow_keys") and not body:
             matches, deleted = await self._delete_by_filter(header, logged)
         else:
@@ -853,7 +902,7 @@ class Session(PublishBatch):
         self.ack(header, acks, "stats", matches=matches, records_deleted=deleted, topic_matches=matches)
         if "persisted" in acks:
             # Journaled deletes are acknowledged as persisted once their records are durable.
-            after = journal.last_sequence if logged else 0
+            after = journal.last_sequence if logged and journal is not None else 0
             self._persisted_after(after if after > before else 0, header, acks)
 
     async def _delete_by_filter(self, header: Mapping[str, Any], logged: bool) -> tuple[int, int]:
@@ -861,15 +910,16 @@ class Session(PublishBatch):
         this client's later commands wait), then the records that still match deleted on the loop, in steps of
         QUERY_DELETE_STEP keys (each step checks and deletes atomically). Returns (matches, records deleted)."""
         topic, text = header.get("topic") or "", header.get("filter")
-        candidates = self.engine.delete_candidates(topic, text)
+        # A generator (closed below); the engine declares an Iterator.
+        candidates = cast("Generator[str | None, None, None]", self.engine.delete_candidates(topic, text))
         try:
             keys = await run_stoppable(partial(collect_keys, candidates))
         finally:
             candidates.close()  # on the loop: releases the snapshot if the scan stopped early
         matches = deleted = 0
         for start in range(0, len(keys), QUERY_DELETE_STEP):
-            if logged and self.broker.journal_disk_full:  # it may have filled while the scan ran
-                raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.broker.journal))
+            if logged and self.durability.disk_full:  # it may have filled while the scan ran
+                raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.durability.journal))
             m, d = self.engine.delete_still_matching(topic, text, keys[start:start + QUERY_DELETE_STEP])
             matches, deleted = matches + m, deleted + d
             if start + QUERY_DELETE_STEP < len(keys):
@@ -905,19 +955,26 @@ class Session(PublishBatch):
 
     async def _flush(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         if "persisted" in acks:
-            await self.broker.wait_durable()
+            await self.durability.wait_durable()
             self.ack(header, acks, "persisted")
         self.ack(header, acks, "processed")
 
     def statistics(self) -> ClientStats:
         """This client's counters (its row of the statistics snapshot, :mod:`broker.stats.snapshot`)."""
-        return ClientStats(
-            id=self.id, client_name=self.name, remote=self.remote, connected_at=self.connected_at,
-            messages_in=self.messages_in, messages_out=self.messages_out, bytes_in=self.bytes_in,
-            bytes_out=self.outbound.bytes_out,
-            subscriptions=sum(1 for s in self.engine.router.subscriptions() if s.client is self),
-            queued_bytes=self.outbound.size,
-        )
+        return client_row(self, sum(1 for s in self.engine.router.subscriptions() if s.client is self))
+
+    def grants_changed(self) -> bool:
+        """Whether this logged-on identity's grants under the entitlement module's current rules differ from
+        those it logged on with (after a reload, :mod:`broker.server.security_reload`)."""
+        if self.identity is None:
+            return False
+        return bool(self._entitlements.grants(self.identity) != self.grants)
+
+    def _last_persisted(self) -> int:
+        """The highest publish-store sequence persisted for this publisher (for the logon ack): what this run
+        applied, or what the journal holds."""
+        return max(self.engine.publisher_seq.get(self.publisher_key, 0),
+                   self.durability.last_persisted_hash(self.name_hash))
 
 
 #: Commands that need the write entitlement of their topic, and those that need read.
@@ -933,6 +990,8 @@ NAME_IN_USE = "name in use"
 MAX_LOGON_ATTEMPTS = 3
 #: Seconds a refused logon's failure ack may take to be written before the connection is closed anyway.
 FAILURE_ACK_FLUSH = 2.0
+#: Why a draining session is closed (its log line; a WebSocket client's close frame).
+SHUTDOWN_REASON = "the broker is shutting down"
 #: The longest client name accepted at logon.
 MAX_CLIENT_NAME = 1024
 
@@ -941,33 +1000,11 @@ def _text_field(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-#: Long filters compile in worker threads one at a time: a client sending many of them holds one thread, and
-#: the GIL, at most.
-FILTER_COMPILE_LIMITER = trio.CapacityLimiter(1)
-
 #: Failure reasons that mean "not written, nothing applied": what could not be written (the
 #: ``publishes_refused_*`` counter and the summary log line of each).
 REFUSED_REASONS = {JOURNAL_FULL_REASON: "journal", StorageError.reason: "storage"}
 #: Reasons of publishes refused by :func:`~broker.engine.command_options.check_command` (logged in summary too).
 _CHECKED_REASONS = frozenset({INVALID_OPTIONS, "invalid topic"})
-#: Seconds between two summary lines about refused publishes of the same kind.
-REFUSAL_LOG_INTERVAL = 10.0
-#: Per kind: when the last line was logged, and the refusals since then.
-_refusals: dict[str, list[float]] = {}
-
-
-def _refusal_log(kind: str, session: Session, command: str, exc: BrokerError) -> None:
-    """Log the first refused publish of a kind at error level, then one summary line per interval."""
-    now = time.monotonic()
-    state = _refusals.get(kind)
-    if state is None or now - state[0] >= REFUSAL_LOG_INTERVAL:
-        more = int(state[1]) if state is not None else 0
-        _refusals[kind] = [now, 0.0]
-        detail = exc.detail if isinstance(exc, CommandError) else str(exc)
-        log.error("%s (%s): %s refused (%s): %s%s", session.id, session.name, command or "command", exc.reason,
-                  detail, f" ({more} more refused since the last such line)" if more else "")
-    else:
-        state[1] += 1
 
 #: Command handlers that never await: called directly.
 _HANDLERS: dict[str, Callable[[Session, Mapping[str, Any], bytes, frozenset[str]], None]] = {

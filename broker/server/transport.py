@@ -7,30 +7,31 @@ from __future__ import annotations
 
 import errno
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from broker.config.model import TransportConfig
 from broker.errors import ConfigError
-
-if TYPE_CHECKING:
-    from broker.server.kernel import Broker
+from broker.server.services import SessionServices
+from broker.server.session import Session
+from broker.server.websocket import WebSocketStream, accept_websocket
 
 log = logging.getLogger("broker.transport")
 
 
 async def serve_transport(
-    transport: TransportConfig, broker: Broker, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    transport: TransportConfig, services: SessionServices, connections: trio.Nursery | None = None, *,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Listen on ``transport`` and serve clients until cancelled; reports the bound addresses.
+
+    Each connection runs in ``connections`` (default: this task's own nursery), so cancelling this task stops
+    accepting while the connections go on (the kernel drains them).
 
     Raises:
         ConfigError: the address cannot be bound (in use, not permitted), naming the transport.
     """
-    from broker.server.session import Session
-    from broker.server.websocket import accept_websocket
-
     host = None if transport.host in ("", "0.0.0.0", "*") else transport.host
     try:
         listeners = await trio.open_tcp_listeners(transport.port, host=host)
@@ -58,6 +59,7 @@ async def serve_transport(
         except OSError:
             remote = "?"
         session_stream: trio.abc.Stream = stream
+        ws: WebSocketStream | None = None
         if context is not None:
             host = remote.rpartition(":")[0]
             if not handshakes.enter(host):
@@ -76,18 +78,18 @@ async def serve_transport(
                 return
             session_stream = secure
         if transport.protocol == "websocket":
-            ws = await accept_websocket(session_stream, broker, transport, remote)
+            ws = await accept_websocket(session_stream, services, transport, remote)
             if ws is None:
                 return
             session_stream = ws
         try:
-            session = Session(session_stream, broker, transport, remote)
-            if transport.protocol == "websocket" and ws.ws.message_type and transport.message_type is None:
-                session.message_type = broker.message_type(ws.ws.message_type)  # the URI's /amps/json
+            session = Session(session_stream, services, transport, remote)
+            if ws is not None and ws.ws.message_type and transport.message_type is None:
+                session.message_type = services.message_type(ws.ws.message_type)  # the URI's /amps/json
             await session.run()
         except Exception:  # a bug in one session must not take down the listener or other clients
-            broker.counters.protocol_errors += 1
+            services.counters.protocol_errors += 1
             log.exception("session from %s failed", remote)
 
     task_status.started(addresses)
-    await trio.serve_listeners(handle, listeners)
+    await trio.serve_listeners(handle, listeners, handler_nursery=connections)

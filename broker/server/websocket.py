@@ -20,7 +20,7 @@ from broker.protocol.websocket import WebSocketAmps
 from broker.server.sockio import TurnBudget, read_some, socket_fd, write_all
 
 if TYPE_CHECKING:
-    from broker.server.kernel import Broker
+    from broker.server.services import SessionServices
 
 log = logging.getLogger("broker.transport")
 
@@ -33,15 +33,17 @@ class WebSocketStream(trio.abc.Stream):
 
     Args:
         stream: The accepted connection.
-        broker: The broker (its memory budget and protocol-error counter).
+        services: The broker's services (the memory budget, the protocol-error counter, message types).
         max_message_size: The Transport's ``<MaxMessageSize>``.
         remote: The peer address, for logs.
     """
 
-    def __init__(self, stream: trio.abc.Stream, broker: Broker, max_message_size: int, remote: str,
+    def __init__(self, stream: trio.abc.Stream, services: SessionServices, max_message_size: int, remote: str,
                  max_logon_size: int | None = None) -> None:
         self.stream = stream
-        self.broker = broker
+        self.clients = services.clients
+        self.counters = services.counters
+        self.message_type = services.message_type
         self.remote = remote
         self.ws = WebSocketAmps(max_message_size)
         self._max_message_size = max_message_size
@@ -68,7 +70,7 @@ class WebSocketStream(trio.abc.Stream):
                     return False
             if self.ws.message_type:
                 try:
-                    self.broker.message_type(self.ws.message_type)
+                    self.message_type(self.ws.message_type)
                 except BrokerError as exc:
                     try:
                         self.ws.refuse(400, f"message type {self.ws.message_type!r}: {exc}")
@@ -127,7 +129,7 @@ class WebSocketStream(trio.abc.Stream):
     async def _read_more(self) -> bool:
         """Read once and process it; ``False`` once the connection is over (closed, or broke the rules)."""
         try:
-            data = await (read_some(self._fd, 65536) if self._fd is not None else self.stream.receive_some(65536))
+            data = await read_some(self._fd, 65536) if self._fd is not None else bytes(await self.stream.receive_some(65536))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         if data:
@@ -160,14 +162,14 @@ class WebSocketStream(trio.abc.Stream):
         return True
 
     def _refused(self, exc: RemoteProtocolError) -> None:
-        self.broker.counters.protocol_errors += 1
+        self.counters.protocol_errors += 1
         log.warning("websocket client %s broke the protocol, closing: %s", self.remote, exc)
 
     def _reserve(self) -> bool:
         """Count a partly received message against the broker-wide budget; ``False``: it does not fit."""
         need = self.ws.buffered
-        budget = self.broker.memory
-        if need > self._reserved and not self.broker.make_room(need - self._reserved):
+        budget = self.clients.memory
+        if need > self._reserved and not self.clients.make_room(need - self._reserved):
             budget.refused_frames += 1
             self._close = (1009, "the broker's memory limit for client buffers is reached")
             log.warning("websocket client %s closed: a message of %d bytes so far does not fit the broker-wide "
@@ -179,7 +181,7 @@ class WebSocketStream(trio.abc.Stream):
         return True
 
     def _release(self) -> None:
-        self.broker.memory.input -= self._reserved
+        self.clients.memory.input -= self._reserved
         self._reserved = 0
 
     async def _flush(self) -> None:
@@ -200,10 +202,10 @@ class WebSocketStream(trio.abc.Stream):
                 await self.stream.send_all(data)
 
 
-async def accept_websocket(stream: trio.abc.Stream, broker: Broker, transport: Any, remote: str
+async def accept_websocket(stream: trio.abc.Stream, services: SessionServices, transport: Any, remote: str
                            ) -> WebSocketStream | None:
     """Run the handshake of a client of a websocket ``transport``; ``None``: it failed and was closed."""
-    ws = WebSocketStream(stream, broker, transport.max_message_size, remote,
+    ws = WebSocketStream(stream, services, transport.max_message_size, remote,
                          getattr(transport, "max_logon_size", None))
     if await ws.handshake(max(HANDSHAKE_TIMEOUT, transport.logon_timeout)):
         return ws

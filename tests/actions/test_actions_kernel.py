@@ -14,10 +14,9 @@ import trio
 
 from broker import hookimpl
 from broker.actions import ActionError, RunContext, Step
-from broker.actions.host import BrokerHost
 from broker.config import load_config
 from broker.plugins import PluginManager
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 from broker.testing.clients import Delivered, RecordingClient
 from broker.txlog import Command, JournalWriter, ReplayStart
 
@@ -82,14 +81,14 @@ def make_broker(tmp_path: Path, actions: str = "", *, admin: bool = False) -> Br
 </Transport></Transports>{SOW}<Actions>{actions}</Actions></AMPSConfig>""")
     pm = PluginManager()
     pm.register(steps_plugin(), name="kernel-test-steps")
-    return Broker(load_config(path), plugins=pm.collect())
+    return build_broker(load_config(path), plugins=pm.collect())
 
 
 class Client(RecordingClient):
     """What the engine needs of a connected client; records ``(command, topic, body, reason)`` of what it is sent."""
 
     def __init__(self, broker: Broker) -> None:
-        super().__init__(broker.message_type("json"), "test-client")
+        super().__init__(broker.services.message_type("json"), "test-client")
 
     def record(self, delivered: Delivered) -> None:
         self.sent.append((delivered.command, delivered.topic, delivered.body, delivered.reason))
@@ -119,7 +118,7 @@ async def test_delete_sow_is_a_client_sow_delete_journaled_with_oof(tmp_path: Pa
         broker.engine.subscribe(client, {"sub_id": "s1", "topic": "orders"}, oof=True)
         publish_orders(broker, client)
         client.sent.clear()
-        host = BrokerHost(broker)
+        host = broker.action_host
         deleted = await host.delete_sow("^orders", "JSON", "/status = 'closed'")
         assert deleted == {"orders": 2, "orders-eu": 1}
         assert sorted((c, t, r) for c, t, _b, r in client.sent) == [("oof", "orders", "deleted")] * 2
@@ -153,7 +152,7 @@ def _keys(broker: Broker, topic: str, ids: list[int]) -> list[str]:
 async def test_the_rest_of_the_host(tmp_path: Path) -> None:
     broker = make_broker(tmp_path)
     try:
-        host = BrokerHost(broker)
+        host = broker.action_host
         assert host.instance_name == "kernel-test"
         assert (host.journal_directory, host.journal_archive_directory) == (Path("./journal"), Path("./archive"))
         assert host.sow_topics() == [("orders", "json"), ("orders-eu", "json"), ("quotes", "xml")]

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.server.kernel import _client_row
-from broker.server.session import Session
+from broker.server.statistics_assembly import client_row
+from broker.stats.snapshot import ClientStats
 from broker.testing.admin import fresh_get
 from broker.testing.process import BrokerProcess
 
@@ -31,10 +31,11 @@ def test_the_broker_samples_per_admin_interval(tmp_path: Path) -> None:
         broker.stop()
 
 
-def test_sliced_client_rows_equal_what_each_session_reports() -> None:
+def test_a_client_row_carries_what_the_session_counted() -> None:
+    # Session.statistics() and the Admin server's sliced sample both build rows with client_row (the sample
+    # counts every client's subscriptions in one pass and hands the count in).
     session = SimpleNamespace(id="c1", name="alice", remote="127.0.0.1:1", connected_at=1.0, messages_in=2,
                               messages_out=3, bytes_in=4, outbound=SimpleNamespace(bytes_out=5, size=6))
-    other = SimpleNamespace()
-    subs = [SimpleNamespace(client=session), SimpleNamespace(client=other), SimpleNamespace(client=session)]
-    session.engine = SimpleNamespace(router=SimpleNamespace(subscriptions=lambda: iter(subs)))
-    assert _client_row(session, 2) == Session.statistics(session)
+    assert client_row(session, 2) == ClientStats(id="c1", client_name="alice", remote="127.0.0.1:1",
+                                                 connected_at=1.0, messages_in=2, messages_out=3, bytes_in=4,
+                                                 bytes_out=5, subscriptions=2, queued_bytes=6)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from broker.config import load_config
 from broker.engine.pagination import SortedEntries
 from broker.engine.sow_subscribe import start_sow
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 from broker.sow.record import SowRecord
 from broker.stats.snapshot import PaginationStats
 from broker.testing.clients import Delivered, RecordingClient
@@ -147,7 +147,7 @@ class FakeClient(RecordingClient):
     """What the engine needs of a session; records ``(command, sids, data)`` of what it was sent."""
 
     def __init__(self, broker: Broker) -> None:
-        super().__init__(broker.message_type("json"), "fake")
+        super().__init__(broker.services.message_type("json"), "fake")
 
     def record(self, delivered: Delivered) -> None:
         self.sent.append((delivered.command, delivered.sids, json.loads(delivered.body)))
@@ -157,7 +157,7 @@ class FakeClient(RecordingClient):
 def engine_broker(tmp_path_factory) -> Broker:
     path = Path(tmp_path_factory.mktemp("pagination")) / "config.xml"
     path.write_text(config_xml(port=1, sow=TOPIC))
-    return Broker(load_config(path))
+    return build_broker(load_config(path))
 
 
 def open_window(engine, client, sub_id: str, top_n: int, skip_n: int, flt: str | None = None) -> list[dict]:

@@ -14,7 +14,7 @@ import trio
 from broker.config import load_config
 from broker.errors import StorageError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 from broker.testing.clients import Delivered, RecordingClient
 
 
@@ -23,7 +23,7 @@ class Client(RecordingClient):
     (``p`` for a publish)."""
 
     def __init__(self, broker: Broker) -> None:
-        super().__init__(broker.message_type("json"), "publisher-1")
+        super().__init__(broker.services.message_type("json"), "publisher-1")
 
     def record(self, delivered: Delivered) -> None:
         self.sent.append(("p" if delivered.command == "publish" else delivered.command, delivered.body,
@@ -53,7 +53,7 @@ def broker_from(config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     """A broker (not serving) from ``config``, in ``tmp_path`` (made the working directory); closed after."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.xml").write_text(config)
-    b = Broker(load_config(tmp_path / "config.xml"))
+    b = build_broker(load_config(tmp_path / "config.xml"))
     yield b
     trio.run(b.aclose)
 

@@ -18,7 +18,7 @@ import trio
 
 from broker.config import load_config
 from broker.protocol import CLOSED, NEED_DATA, Connection, decode_sow_batch, encode_frame
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 
 CONFIG = """<AMPSConfig><Name>disk-full</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -108,7 +108,7 @@ class RawClient:
 def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Broker:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.xml").write_text(CONFIG)
-    return Broker(load_config(tmp_path / "config.xml"))
+    return build_broker(load_config(tmp_path / "config.xml"))
 
 
 async def connect(broker: Broker, nursery: trio.Nursery, name: str) -> RawClient:
@@ -144,7 +144,7 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         disk.full = True
         await pub.send(order(6), c="p", t="orders", a="persisted", s=6)
         with trio.fail_after(5):
-            while not broker.journal_disk_full:
+            while not broker.durability.disk_full:
                 await trio.sleep(0.01)
         assert broker.statistics().journal.disk_full is True
         assert pub.matching(a="persisted", s=6) == []  # not durable: no persisted ack
@@ -173,7 +173,7 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         await sub.wait_for(5, c="publish", sids="replay")
         # The sentinel: the replay reports that it sent what is durable and waits for the journal; by then it
         # has sent 5 records (1-5), not 6, and has not completed.
-        replay = next(r for (_, sub_id), r in broker.replays.items() if sub_id == "replay")
+        replay = next(r for _, sub_id, r in broker.replays.running() if sub_id == "replay")
         while not replay.waiting_for_journal:
             await trio.sleep(0.01)
         assert replay.sent == 5
@@ -190,7 +190,7 @@ async def test_publishes_refused_while_full_then_resumed_with_nothing_acked_lost
         await pub.wait_for(2, a="persisted", s=6, status="success")  # the publish and its re-send
         await sub.wait_for(cid="replay", a="completed")
         assert [json.loads(b)["id"] for _, b in sub.matching(c="publish", sids="replay")] == [1, 2, 3, 4, 5, 6]
-        assert not broker.journal_disk_full
+        assert not broker.durability.disk_full
         await pub.send(order(10), c="p", t="orders", a="persisted", s=10)
         await pub.wait_for(a="persisted", s=10, status="success")
         assert len([r for r in caplog.records if "is writable again" in r.message]) == 1
@@ -225,7 +225,7 @@ async def test_sow_delete_refused_while_full_and_its_persisted_ack_waits_for_dur
         await pub.send(c="sow_delete", cid="d1", t="orders", filter="/id = 1", a="processed,stats,persisted", s=4)
         await pub.wait_for(cid="d1", a="stats")
         with trio.fail_after(5):
-            while not broker.journal_disk_full:
+            while not broker.durability.disk_full:
                 await trio.sleep(0.01)
         assert pub.matching(cid="d1", a="persisted") == []
         # While full, deletes on logged topics are refused like publishes (nothing deleted).

@@ -39,12 +39,12 @@ def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Broker]:
 
 def _low_water(broker: Broker, name: str) -> int:
     """The ``SO_RCVLOWAT`` of the broker's end of client ``name``'s connection."""
-    session = broker.sessions_by_name[name]
+    session = broker.clients.named(name)
     return session.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
 
 
 def _times_gathered(broker: Broker, name: str) -> int:
-    source = broker.sessions_by_name[name].input
+    source = broker.clients.named(name).input
     assert source is not None
     return source.gathered
 

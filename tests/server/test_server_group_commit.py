@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from broker.config import load_config
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 
 CONFIG = """<AMPSConfig><Name>group-commit</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -46,7 +46,7 @@ class SlowSync:
 def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Broker:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.xml").write_text(CONFIG)
-    return Broker(load_config(tmp_path / "config.xml"))
+    return build_broker(load_config(tmp_path / "config.xml"))
 
 
 async def _until(predicate: Any) -> None:
@@ -59,7 +59,7 @@ async def test_records_nobody_waits_for_wait_for_the_flush_interval_and_share_on
         broker: Broker, mock_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
-        journal = broker.journal
+        journal = broker.durability.journal
         sync = SlowSync(journal)
         journal.sync = sync
         journal.append("publish", "orders", b'{"id":0}')
@@ -68,7 +68,7 @@ async def test_records_nobody_waits_for_wait_for_the_flush_interval_and_share_on
         waiter_done = trio.Event()
 
         async def waiter() -> None:
-            await broker.wait_durable()
+            await broker.durability.wait_durable()
             waiter_done.set()
 
         nursery.start_soon(waiter)
@@ -97,7 +97,7 @@ async def test_records_nobody_waits_for_wait_for_the_flush_interval_and_share_on
                 acked.append((header["seq"], ack_type, extras.get("reason")))
 
         journal.append("publish", "orders", b'{"id":21}')
-        broker.after_durable(journal.last_sequence, Session(), {"seq": 7})
+        broker.durability.after_durable(journal.last_sequence, Session(), {"seq": 7})
         await _until(lambda: acked)
         assert acked == [(7, "persisted", None)] and sync.calls == 3
         nursery.cancel_scope.cancel()

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from broker.config import load_config
 from broker.engine import publish
 from broker.engine.publish import PublishMessage
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 from broker.sow.cache import CachedStorage
 from broker.txlog import ReplayStart
 
@@ -56,7 +56,7 @@ def brokers(cache_bytes: int | None) -> Iterator[tuple[Broker, Broker]]:
         for name in ("compiled", "python"):
             (root / name).mkdir()
             (root / name / "config.xml").write_text(CONFIG.format(d=root / name))
-            b = Broker(load_config(root / name / "config.xml"))
+            b = build_broker(load_config(root / name / "config.xml"))
             made.append(b)
             if cache_bytes is not None:
                 for sow in b.engine.sow_topics.values():
@@ -70,8 +70,8 @@ def brokers(cache_bytes: int | None) -> Iterator[tuple[Broker, Broker]]:
 
 def state(b: Broker) -> dict[str, Any]:
     """What a user (or the Admin view) could see of a broker after publishing."""
-    b.journal.sync()
-    out: dict[str, Any] = {"journal": list(b.journal.replay(ReplayStart.epoch())),
+    b.durability.journal.sync()
+    out: dict[str, Any] = {"journal": list(b.durability.journal.replay(ReplayStart.epoch())),
                            "counters": asdict(b.engine.counters), "publisher_seq": dict(b.engine.publisher_seq)}
     for name, sow in b.engine.sow_topics.items():
         out[name] = (list(sow.storage.scan()), sow.stats.inserts, sow.stats.updates, sow.count(),

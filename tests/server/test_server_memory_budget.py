@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import struct
-from types import SimpleNamespace
 
 import trio
 import trio.testing
 
 from broker.protocol import NEED_DATA, Connection
-from broker.server.kernel import SHED_MIN_BYTES, Broker
+from broker.server.client_registry import SHED_MIN_BYTES, ClientRegistry
 from broker.server.outbound import MemoryBudget, Outbound
 
 
@@ -60,42 +58,53 @@ def test_a_frame_is_known_by_its_declared_size_before_its_payload_arrives() -> N
 
 
 class _Consumer:
-    """What shedding reads of a session: its outbound buffer, whether it is closing already, and ``_offline``."""
+    """A connected client as the registry sees it (:class:`broker.server.client_registry.Consumer`): its outbound
+    buffer, whether it is closing already, and the public ``offline`` a shed consumer is disconnected with."""
 
     def __init__(self, budget: MemoryBudget, queued: int, closing: str = "") -> None:
+        self.name = ""
         self.outbound = Outbound(1 << 40, budget)
         self.outbound.put(b"x" * queued)
         self.closed_reason = closing
         self.offlined = False
 
-    def _offline(self, total: int = 0) -> None:
-        if not self.closed_reason:  # as Session._offline: a session closing already is left as it is
+    def offline(self, held: int = 0, total: int = 0, held_during: str = "") -> None:
+        if not self.closed_reason:  # as Session.offline: a session closing already is left as it is
             self.closed_reason, self.offlined = "slow client", True
             self.outbound.discard()
 
+    def close(self, reason: str) -> bool:
+        self.closed_reason = self.closed_reason or reason
+        return True
 
-def _broker(budget: MemoryBudget, *sessions: _Consumer) -> SimpleNamespace:
-    broker = SimpleNamespace(memory=budget, sessions=set(sessions))
-    broker.shed_consumers = functools.partial(Broker.shed_consumers, broker)
-    return broker
+    def drain(self) -> None:
+        pass
+
+
+def _registry(limit: int, *queued: tuple[int, str]) -> tuple[ClientRegistry, list[_Consumer]]:
+    """A registry over ``limit`` bytes with consumers holding ``queued`` bytes (and closing for that reason)."""
+    registry = ClientRegistry(limit, 0.0)
+    consumers = [_Consumer(registry.memory, size, closing) for size, closing in queued]
+    for consumer in consumers:
+        registry.add(consumer)
+    return registry, consumers
 
 
 def test_a_closing_session_gives_its_queue_back_before_a_reading_consumer_is_shed() -> None:
     # A session closed by a timeout or a second logon keeps its queue counted until its tasks unwind; shedding
     # must take that queue rather than offline the next largest consumer, a reader that keeps up.
-    budget = MemoryBudget(100 * SHED_MIN_BYTES)
-    closing = _Consumer(budget, 60 * SHED_MIN_BYTES, closing="idle for 5s")
-    reader = _Consumer(budget, 35 * SHED_MIN_BYTES)
-    assert Broker.make_room(_broker(budget, closing, reader), 8 * SHED_MIN_BYTES)
+    registry, (closing, reader) = _registry(100 * SHED_MIN_BYTES, (60 * SHED_MIN_BYTES, "idle for 5s"),
+                                            (35 * SHED_MIN_BYTES, ""))
+    budget = registry.memory
+    assert registry.make_room(8 * SHED_MIN_BYTES)
     assert not reader.offlined and budget.offlined_consumers == 0
     assert budget.output == 35 * SHED_MIN_BYTES and closing.outbound.held == 0
 
 
 def test_make_room_sheds_the_largest_for_an_ordinary_frame_and_nobody_for_a_large_one() -> None:
-    budget = MemoryBudget(100 * SHED_MIN_BYTES)
-    stalled, reader = _Consumer(budget, 88 * SHED_MIN_BYTES), _Consumer(budget, 5 * SHED_MIN_BYTES)
-    broker = _broker(budget, stalled, reader)
-    assert not Broker.make_room(broker, 40 * SHED_MIN_BYTES)  # over a tenth of the limit: refused, nobody shed
+    registry, (stalled, reader) = _registry(100 * SHED_MIN_BYTES, (88 * SHED_MIN_BYTES, ""), (5 * SHED_MIN_BYTES, ""))
+    budget = registry.memory
+    assert not registry.make_room(40 * SHED_MIN_BYTES)  # over a tenth of the limit: refused, nobody shed
     assert not stalled.offlined and budget.offlined_consumers == 0
-    assert Broker.make_room(broker, 10 * SHED_MIN_BYTES)  # a tenth: the stalled consumer makes room
+    assert registry.make_room(10 * SHED_MIN_BYTES)  # a tenth: the stalled consumer makes room
     assert stalled.offlined and not reader.offlined and budget.offlined_consumers == 1

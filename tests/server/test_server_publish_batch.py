@@ -44,8 +44,8 @@ def msg(topic: str, body: dict[str, Any] | bytes, *, seq: int | None = None, del
 
 
 def journal(b: Broker) -> list[tuple[int, str, bytes]]:
-    b.journal.sync()
-    return [(r.sequence, r.command.wire_name, bytes(r.data)) for r in b.journal.replay(ReplayStart.epoch())]
+    b.durability.journal.sync()
+    return [(r.sequence, r.command.wire_name, bytes(r.data)) for r in b.durability.journal.replay(ReplayStart.epoch())]
 
 
 def storage_writes(b: Broker, topic: str) -> int:
@@ -130,11 +130,11 @@ def test_a_failed_storage_write_fails_its_run_and_journals_none_of_it(broker: Br
     assert not b.engine.is_duplicate(client.name, 2) and not b.engine.is_duplicate(client.name, 3)
     assert b.engine.publish_batch(client, [msg("orders", {"id": 1, "v": 1}, seq=2),
                                            msg("orders", {"id": 2}, seq=3)]) == [5, 6]  # 3 and 4 are a gap
-    assert b.journal.dedup.highest_hash(client.name_hash) == 3 and orders.count() == 2
+    assert b.durability.journal.dedup.highest_hash(client.name_hash) == 3 and orders.count() == 2
 
 
 def test_append_many_holds_releases_and_takes_back_the_whole_run(broker: Broker) -> None:
-    j = broker.journal
+    j = broker.durability.journal
     j.append("publish", "orders", b"{}", sow_key=b"a")
     entries = [(1, b'{"n":%d}' % n, b"k%d" % n, 10 + n, b"", 0, 1_000 + n) for n in range(5)]
     first = j.append_many("orders", entries, publisher_hash=7, held=True)
@@ -155,7 +155,7 @@ def test_append_many_holds_releases_and_takes_back_the_whole_run(broker: Broker)
 
 
 def test_append_many_refuses_an_entry_it_cannot_encode_and_appends_nothing(broker: Broker) -> None:
-    j = broker.journal
+    j = broker.durability.journal
     entries = [(1, b"{}", b"a", 0, b"", 0, 1), (1, b"{}", b"k" * 70_000, 0, b"", 0, 2)]
     with pytest.raises(Exception) as info:
         j.append_many("orders", entries)
@@ -213,13 +213,13 @@ async def test_a_failed_persisted_ack_waits_for_the_earlier_messages_to_be_durab
     before the client's earlier publishes are durable, or a crash could lose them with the client's store
     already emptied. The journal's sync is held back here until the refusal and a later command were handled."""
     release = threading.Event()
-    sync = broker.journal.sync
+    sync = broker.durability.journal.sync
 
     def held_sync() -> int:
         release.wait(20)
         return sync()
 
-    broker.journal.sync = held_sync  # type: ignore[method-assign]
+    broker.durability.journal.sync = held_sync  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
         stream, conn = await logged_on(broker, "store")
@@ -234,13 +234,13 @@ async def test_a_failed_persisted_ack_waits_for_the_earlier_messages_to_be_durab
             await stream.send_all(refused + mark)
         # The later command was answered, so the refusal was handled: its persisted ack is held, not sent.
         got = await frames_until(stream, conn, lambda got: any(h.get("cmd_id") == "mark" for h in got))
-        assert broker.journal.durable_sequence == 0
+        assert broker.durability.journal.durable_sequence == 0
         assert not [h for h in got if h.get("ack_type") == "persisted"], got
         release.set()
         got += await frames_until(stream, conn, lambda more: any(
             h.get("ack_type") == "persisted" and h.get("status") == "failure" for h in more))
         persisted = [(h["seq"], h["status"]) for h in got if h.get("ack_type") == "persisted"]
         assert persisted[-1] == (2, "failure") and set(persisted) <= {(1, "success"), (2, "failure")}, persisted
-        assert broker.journal.durable_sequence >= 1
+        assert broker.durability.journal.durable_sequence >= 1
         await stream.aclose()
         nursery.cancel_scope.cancel()

@@ -36,8 +36,8 @@ def broker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Broker]:
 
 
 def _journal(b: Broker) -> list[tuple[int, str, bytes]]:
-    b.journal.sync()
-    return [(r.sequence, r.command.wire_name, r.sow_key) for r in b.journal.replay(ReplayStart.epoch())]
+    b.durability.journal.sync()
+    return [(r.sequence, r.command.wire_name, r.sow_key) for r in b.durability.journal.replay(ReplayStart.epoch())]
 
 
 def _pub(b: Broker, client: Client, n: int, seq: int, **extra: Any) -> Any:
@@ -60,11 +60,11 @@ def test_a_failed_sow_write_takes_the_journal_record_back(broker: Broker, monkey
     assert again.sequence == 3  # sequence 2 is a gap: never handed out twice
     assert [s for s, _c, _k in _journal(b)] == [1, 3] and orders.count() == 2
     assert b.engine.is_duplicate(client.name, 2)
-    assert b.journal.durable_sequence == 3 and b.journal.dedup.last_persisted(client.name) == 2
+    assert b.durability.journal.durable_sequence == 3 and b.durability.journal.dedup.last_persisted(client.name) == 2
 
 
 def test_a_held_record_is_not_written_until_released(broker: Broker) -> None:
-    journal = broker.journal
+    journal = broker.durability.journal
     journal.append("publish", "orders", b"{}", sow_key=b"a")
     seq, _bm = journal.append("publish", "orders", b"{}", sow_key=b"b", publisher=(5, 7), held=True)
     assert journal.sync() == seq - 1  # the sync met the publish while its SOW was written: not taken
@@ -89,7 +89,7 @@ def test_a_sync_racing_a_publish_never_writes_a_record_taken_back(broker: Broker
 
     def syncer() -> None:
         while not stop.is_set():
-            b.journal.sync()
+            b.durability.journal.sync()
 
     thread = threading.Thread(target=syncer)
     thread.start()
@@ -104,7 +104,7 @@ def test_a_sync_racing_a_publish_never_writes_a_record_taken_back(broker: Broker
     finally:
         stop.set()
         thread.join()
-    logged = [json.loads(r.data)["id"] for r in b.journal.replay(ReplayStart.epoch(), b.journal.sync())]
+    logged = [json.loads(r.data)["id"] for r in b.durability.journal.replay(ReplayStart.epoch(), b.durability.journal.sync())]
     assert failed and logged == [n for n in range(1, 2001) if n not in failed]
 
 
@@ -136,9 +136,9 @@ def test_the_sweeper_waits_while_the_journal_disk_is_full(broker: Broker) -> Non
     client = Client(b)
     _pub(b, client, 1, seq=1, expiration="0.01")
     time.sleep(0.02)
-    b.journal._disk_full = True  # as after a sync that met ENOSPC
+    b.durability.journal._disk_full = True  # as after a sync that met ENOSPC
     assert b.engine.expire() == 0 and b.engine.expiry_waiting  # nothing removed, nothing journaled
     assert b.engine.sow_topics["orders"].count() == 1 and [c for _s, c, _k in _journal(b)] == ["publish"]
-    b.journal._disk_full = False
+    b.durability.journal._disk_full = False
     assert b.engine.expire() == 1 and not b.engine.expiry_waiting
     assert [c for _s, c, _k in _journal(b)] == ["publish", "expire"]

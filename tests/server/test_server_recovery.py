@@ -22,7 +22,7 @@ from engine_fakes import Client
 
 from broker.config import load_config
 from broker.errors import JournalError
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 from broker.server.recovery import RecoveryState, read_state, state_path, write_state
 from broker.sow.record import SowRecord
 from broker.txlog import Command, JournalReader, ReplayStart
@@ -50,7 +50,7 @@ def _cwd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def open_broker(tmp_path: Path) -> Broker:
-    return Broker(load_config(tmp_path / "config.xml"))
+    return build_broker(load_config(tmp_path / "config.xml"))
 
 
 def close(broker: Broker) -> None:
@@ -65,9 +65,9 @@ def run_and_crash(tmp_path: Path, body: str) -> None:
         import json, os, signal, sys
         sys.path[:0] = {path!r}
         from broker.config import load_config
-        from broker.server.kernel import Broker
+        from broker.server.kernel import Broker, build_broker
         from engine_fakes import Client
-        b = Broker(load_config("config.xml"))
+        b = build_broker(load_config("config.xml"))
         client = Client(b)
         def pub(topic, id, v, **header):
             return b.engine.publish(client, {{"topic": topic, **header}}, json.dumps({{"id": id, "v": v}}).encode())
@@ -94,7 +94,7 @@ def sow_state(broker: Broker, topic: str) -> dict[str, tuple[bytes, int, int]]:
     out = {}
     for key, value in broker.engine.sow_topics[topic].storage.scan():
         rec = SowRecord.decode(key.decode(), value)
-        assert rec.bookmark == broker.journal.bookmark(rec.sequence)
+        assert rec.bookmark == broker.durability.journal.bookmark(rec.sequence)
         out[rec.key] = (rec.data, rec.sequence, rec.expire_at_ns)
     return out
 
@@ -111,10 +111,10 @@ def test_applied_but_not_durable_is_rolled_back_and_its_bookmarks_never_reused(t
     run_and_crash(tmp_path, """
         for i in range(10):
             pub("orders", i, 1)
-        b.journal.sync()                         # durable: ids 0-9 v1
+        b.durability.journal.sync()                         # durable: ids 0-9 v1
         pub("orders", 3, 0)
         b.engine.sow_delete(client, {"topic": "orders", "filter": "/id = 3"}, b"")
-        b.journal.sync()                         # durable: id 3 deleted
+        b.durability.journal.sync()                         # durable: id 3 deleted
         for i in range(5):
             pub("orders", i, 2)                  # updates, applied to the SOW only
         for i in range(10, 15):
@@ -187,7 +187,7 @@ def test_clean_restart_reads_no_journal_and_the_state_file_says_so(tmp_path: Pat
     client = Client(broker)
     for i in range(10):
         broker.engine.publish(client, {"topic": "orders"}, json.dumps({"id": i}).encode())
-    path = state_path(broker.journal)
+    path = state_path(broker.durability.journal)
     assert read_state(path) == RecoveryState(clean=False, last_sequence=0, sequence_floor=0)  # while running
     close(broker)
     state = read_state(path)
@@ -220,7 +220,7 @@ def test_rebuilt_sow_expires_records_on_time(tmp_path: Path) -> None:
         assert broker.engine.next_expiry_ns() == expiring[1]
         assert broker.engine.expire() == 1  # already past its time at start-up: expires at the first sweep
         assert quotes.count() == 2 and broker.engine.next_expiry_ns() == expiring[2]
-        broker.journal.sync()
+        broker.durability.journal.sync()
         expires = [r for r in JournalReader(tmp_path / "journal", instance_name="recovery-test").records(
             ReplayStart.epoch()) if r.command == Command.EXPIRE]
         assert len(expires) == 1 and expires[0].topic == "quotes"
@@ -269,9 +269,9 @@ def test_sow_after_write_fault_point_leaves_a_sow_ahead_of_its_journal(tmp_path:
         import sys
         sys.path[:0] = {sys.path!r}
         from broker.config import load_config
-        from broker.server.kernel import Broker
+        from broker.server.kernel import Broker, build_broker
         from engine_fakes import Client
-        b = Broker(load_config("config.xml"))
+        b = build_broker(load_config("config.xml"))
         c = Client(b)
         for i in range(10):
             b.engine.publish(c, {{"topic": "orders"}}, ('{{"id": %d}}' % i).encode())

@@ -19,7 +19,7 @@ import trio
 from broker.config import load_config
 from broker.engine.counters import OOF_REASONS
 from broker.server.counters import BrokerCounters
-from broker.server.kernel import Broker
+from broker.server.kernel import Broker, build_broker
 
 CONFIG = """<AMPSConfig><Name>stats</Name>
 <Transports><Transport><Name>t</Name><Type>tcp</Type><InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>
@@ -64,7 +64,7 @@ def test_every_raw_counter_lands_in_its_own_snapshot_field(tmp_path: Path) -> No
     assert set(RAW_TO_SNAPSHOT) == {f.name for f in dataclasses.fields(BrokerCounters)}
     config = tmp_path / "config.xml"
     config.write_text(CONFIG.format(dir=tmp_path))
-    broker = Broker(load_config(config))
+    broker = build_broker(load_config(config))
     try:
         _check(broker)
     finally:
@@ -82,7 +82,7 @@ def _check(broker: Broker) -> None:
     for reason, n in oof.items():
         engine.oof.add(reason, n)
     engine.count_topic("_other", 7, 9)
-    memory = broker.memory
+    memory = broker.clients.memory
     memory.limit, memory.input, memory.output = next(values), next(values), next(values)
     memory.refused_frames, memory.offlined_consumers = next(values), next(values)
 
