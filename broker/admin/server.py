@@ -315,6 +315,8 @@ class _BoundedListener(trio.abc.Listener[Any]):
     def __init__(self, listener: trio.abc.Listener[Any], limit: int) -> None:
         self._listener = listener
         self._slots = trio.Semaphore(limit)
+        #: When each address's refusal was last logged (this server's own: two brokers in a process log apart).
+        self.refusals_logged: dict[str, float] = {}
 
     async def accept(self) -> Any:
         await self._slots.acquire()
@@ -363,19 +365,18 @@ def _peer_address(stream: Any) -> str:
         return ""
 
 
-#: When each address's refusal was last logged.
-_refusals_logged: dict[str, float] = {}
 REFUSAL_LOG_SECONDS = 60.0
 
 
-async def _refuse(stream: Any, address: str) -> None:
+async def _refuse(stream: Any, address: str, logged: dict[str, float]) -> None:
     """Answer a connection past :data:`MAX_CONNECTIONS_PER_ADDRESS` with a plain-text 503 (nothing over TLS:
-    no handshake is spent on it) and give the client a moment to read it."""
+    no handshake is spent on it) and give the client a moment to read it; ``logged``: when each address's
+    refusal was last logged."""
     now = time.monotonic()
-    if now - _refusals_logged.get(address, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
-        if len(_refusals_logged) > 1024:
-            _refusals_logged.clear()
-        _refusals_logged[address] = now
+    if now - logged.get(address, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
+        if len(logged) > 1024:
+            logged.clear()
+        logged[address] = now
         log.warning("Admin: refusing connections from %s past %d at once (logged once a minute per address); "
                     "close idle ones or reuse connections (HTTP keep-alive).", address, MAX_CONNECTIONS_PER_ADDRESS)
     if isinstance(stream, _TLSConnection):
@@ -413,7 +414,7 @@ async def _serve(app: Any, config: HypercornConfig, listener: _BoundedListener, 
         slot = True
         try:
             if held[address] > MAX_CONNECTIONS_PER_ADDRESS + MAX_WAITING_PER_ADDRESS:
-                await _refuse(stream, address)
+                await _refuse(stream, address, listener.refusals_logged)
                 return
             if turn.value == 0:  # the address's share is in use: wait for its turn without a slot of the port
                 listener.release()
