@@ -48,6 +48,13 @@ class Client(Protocol):
         ``grants`` is not ``None``)."""
 
 
+class Deliver(Protocol):
+    """:func:`deliver`'s signature, which :meth:`Delivery.deliver` shares."""
+
+    def __call__(self, client: Client, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
+                 x: str | None, command: str = "p", reason: str | None = None) -> None: ...
+
+
 #: The values of a delivery's :class:`DeliveryTemplate`: ``(body, topic, command, bm, k, x, reason)``.
 _TemplateKey = tuple[bytes, str, str, "str | None", "str | None", "str | None", "str | None"]
 

@@ -51,8 +51,9 @@ class FanOut:
         self._counters = counters
         self._stats_topics = stats_topics
         self._latency = latency
-        #: Single deliveries, with this engine's reuse of the last message's encoded header.
-        self._delivery = Delivery()
+        #: Single deliveries, with this engine's reuse of the last message's encoded header (bound once: the
+        #: per-message fan-out calls it).
+        self._deliver = Delivery().deliver
 
     def count_topic(self, topic: str, received: int, delivered: int) -> None:
         """Add to ``topic``'s flow in the statistics (``_other`` for a topic not configured)."""
@@ -116,7 +117,7 @@ class FanOut:
         pending: dict[Client, list[tuple[DeliveryTemplate, str]]] | None = None
         if windows is None and no_expiry:
             pending = {}
-        deliver = self._delivery.deliver
+        deliver = self._deliver
         counters = self._counters
         delivered = clients = 0
         for one in run:
@@ -162,7 +163,7 @@ class FanOut:
         # one compiled filter): filter -> passes the new state.
         passed: dict[Predicate, bool] = {}
         before: _PreviousState | None = None  # the same for the previous state, made when first needed
-        deliver = self._delivery.deliver
+        deliver = self._deliver
         ok: bool | None
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
@@ -248,7 +249,7 @@ class FanOut:
         subs = [s for s in router.candidates(sow.name) if s.oof or s.capture_all]
         if not subs or not records:
             return
-        deliver = self._delivery.deliver
+        deliver = self._deliver
         for rec in records:
             msg = sow.message_type.parse(rec.data)
             targets: dict[Client, list[str]] = {}

@@ -35,7 +35,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.engine.counters import OofCounts
-from broker.engine.delivery import deliver
+from broker.engine.delivery import Deliver, Delivery, deliver
 from broker.errors import BrokerError
 from broker.sow.record import SowRecord
 from broker.sow.storage import Snapshot
@@ -249,6 +249,8 @@ class Pagination:
     """Every paginated subscription, grouped by the result sets they share."""
 
     def __init__(self) -> None:
+        #: Deliveries to the windows, reusing a message's encoded header across the windows it goes to.
+        self._deliver = Delivery().deliver
         self._sets: dict[ShareKey, ResultSet] = {}
         self._by_topic: dict[str, list[ResultSet]] = {}
         self._set_keys: dict[ResultSet, ShareKey] = {}  # ResultSet hashes by identity
@@ -341,7 +343,8 @@ class Pagination:
 
     def _refresh(self, window: Window, topic: SowTopic, key: str, previous: SowRecord | None,
                  record: SowRecord | None, oof_counts: OofCounts, reason: str) -> int:
-        return refresh_window(window, topic, key, previous, record, oof_counts, reason, topic.get)
+        return refresh_window(window, topic, key, previous, record, oof_counts, reason, topic.get,
+                              self._deliver)
 
     def statistics(self) -> PaginationStats:
         """Paginated subscriptions, shared result sets, and the entries those hold."""
@@ -353,10 +356,12 @@ class Pagination:
 
 
 def refresh_window(window: Window, topic: SowTopic, key: str, previous: SowRecord | None, record: SowRecord | None,
-                   oof_counts: OofCounts, reason: str, lookup: Callable[[str], SowRecord | None]) -> int:
+                   oof_counts: OofCounts, reason: str, lookup: Callable[[str], SowRecord | None],
+                   deliver: Deliver = deliver) -> int:
     """Take a window's slice again after record ``key`` moved in its result set, and deliver the difference:
     the changed record, records pushed out (``oof``), records pulled in (their state read with ``lookup``:
-    the SOW, or a historical subscription's replayed state)."""
+    the SOW, or a historical subscription's replayed state), each with ``deliver`` (an engine's
+    :meth:`Delivery.deliver <broker.engine.delivery.Delivery.deliver>`, or :func:`~broker.engine.delivery.deliver`)."""
     assert window.results is not None
     old_keys = window.keys
     new_keys = window.results.keys(window.skip_n, window.end)

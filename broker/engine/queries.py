@@ -377,7 +377,7 @@ class JsonFields:
     def reader(message_type: MessageType, paths: Iterable[str]) -> type[JsonFields] | None:
         """A ``data -> message`` for a scan reading ``paths`` of ``message_type``'s records, or ``None`` when
         the message type's lazy wrapper must be used (not JSON, or a path deeper than one field)."""
-        if getattr(message_type, "name", None) != "json" or not getattr(message_type, "filterable", False):
+        if message_type.name != "json" or not message_type.filterable:
             return None
         names: dict[str, str] = {}
         for path in paths:
