@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, TypeAlias
 
 from broker.errors import CommandError
 from broker.memo import Memo
@@ -152,16 +152,19 @@ def _parse_path(path: str) -> tuple[PathStep, ...]:
 
 
 #: Marks a kept path's last step in :func:`keep_tree`.
-LEAF = True
+LEAF: Final = True
+
+#: The kept paths of :func:`keep_tree`: each step's name to the steps under it, or :data:`LEAF` where one ends.
+KeepTree: TypeAlias = "dict[str, KeepTree | Literal[True]]"
 
 
-def keep_tree(keep: Sequence[str]) -> dict[str, Any]:
+def keep_tree(keep: Sequence[str]) -> KeepTree:
     """The key paths a delta must always carry, as a nested dict whose leaves are :data:`LEAF`.
 
     Used by every message type's ``diff``: ``("/a/b", "/c")`` gives ``{"a": {"b": LEAF}, "c": LEAF}``
     (an attribute step is spelled ``@name``). Array-element paths are skipped: a key is never one.
     """
-    tree: dict[str, Any] = {}
+    tree: KeepTree = {}
     for path in keep:
         steps = parse_path(path)
         if any(s.index is not None for s in steps):

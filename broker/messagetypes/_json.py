@@ -24,6 +24,7 @@ from broker import speedups
 from broker.messagetypes._base import (
     LEAF,
     MAX_DEPTH_LIMIT,
+    KeepTree,
     Message,
     MessageParseError,
     MessageTooDeepError,
@@ -272,7 +273,7 @@ def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _diff(old: object, new: dict[str, Any], keep: dict[str, Any]) -> dict[str, Any]:
+def _diff(old: object, new: dict[str, Any], keep: KeepTree) -> dict[str, Any]:
     out: dict[str, Any] = {}
     old_obj = old if old.__class__ is dict else {}
     for key, value in new.items():

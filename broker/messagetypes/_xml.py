@@ -22,6 +22,7 @@ from lxml import etree
 from broker.messagetypes._base import (
     LEAF,
     MAX_DEPTH_LIMIT,
+    KeepTree,
     Message,
     MessageParseError,
     MessageTooDeepError,
@@ -239,7 +240,7 @@ def _compact_copy(element: etree._Element) -> etree._Element:
     return out
 
 
-def _diff(old: etree._Element, new: etree._Element, keep: dict[str, Any]) -> etree._Element:
+def _diff(old: etree._Element, new: etree._Element, keep: KeepTree) -> etree._Element:
     out = etree.Element(new.tag, nsmap=new.nsmap)
     for key, value in new.attrib.items():
         if old.get(key) != value or keep.get("@" + (_local_name(key) or key)) is LEAF:
