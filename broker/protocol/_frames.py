@@ -569,7 +569,7 @@ def _dumps_checked(wire: dict[str, Any], n_int: int) -> bytes:
     return header
 
 
-def _check_values(wire: dict[str, Any]) -> None:
+def _check_values(wire: Mapping[str, object]) -> None:
     for key, value in wire.items():
         kind = type(value)
         if kind is not str and kind is not int:
