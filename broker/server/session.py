@@ -34,7 +34,7 @@ from broker.protocol._connection import LargeFrame
 from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, LargeBody, Outbound, SlowClient
-from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PublishBatch
+from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PersistedAcks, Publisher
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay, start_bookmark_subscription
 from broker.server.services import SessionServices
@@ -82,7 +82,7 @@ def amps_timestamp(ns: int) -> str:
     return f"{_second_text[secs]}.{rem // 1000:06d}Z"
 
 
-class Session(PublishBatch):
+class Session:
     """A client connection.
 
     Args:
@@ -145,14 +145,16 @@ class Session(PublishBatch):
         #: What the identity may do; ``None``: everything (no check on any command).
         self.grants: Any = None
         self.logons_refused = 0
-        #: The journal sequence this client's latest persisted ack waits for: no later ack goes out before it.
-        self._persist_after = 0
         #: Refused commands by kind, for audit-line rate limiting.
         self._refused: dict[str, int] = {}
         #: The broker is shutting down (:meth:`drain`): no more commands are read.
         self._draining = False
         #: The reader waits for input (no command of this client is under way).
         self._reading = False
+        #: This client's persisted acks, in order, and its publish paths (objects it owns).
+        self.persisted = PersistedAcks(self, services.durability)
+        self.publisher = Publisher(self, services, self.persisted, transport.max_message_depth)
+        self._publish_batch = self.publisher.publish_batch  # bound once: called per read
 
     # -- outbound ------------------------------------------------------------------------------------
     def emit(self, frame: bytes | LargeBody, *, messages: int = 0, now: bool = False) -> None:
@@ -527,7 +529,7 @@ class Session(PublishBatch):
             if handler is None and awaited is None:
                 raise CommandError("invalid command", f"unknown command {command!r}")
             if self.grants is not None:
-                header = self._entitled(command, header)
+                header = self.entitled(command, header)
             self.ack(header, acks, "parsed")
             text = header.get("filter")
             if text and self.engine.needs_compiling(text):
@@ -542,9 +544,9 @@ class Session(PublishBatch):
                 assert awaited is not None
                 await awaited(self, header, body, acks)
         except BrokerError as exc:
-            self._failed(header, acks, command, exc)
+            self.answer_failure(header, acks, command, exc)
 
-    def _failed(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
+    def answer_failure(self, header: Mapping[str, Any], acks: frozenset[str], command: str, exc: BrokerError) -> None:
         """Count and log a failed command, and answer with the failure acks it asked for.
 
         Every failure answers the processed ack and the persisted one (with the publish-store ``s``, so the
@@ -574,20 +576,13 @@ class Session(PublishBatch):
         if "processed" in acks:
             self.ack(header, acks, "processed", reason=exc.reason, now=True)
         if "persisted" in acks:
-            journal = self.durability.journal
-            if refused is None and journal is not None and journal.durable_sequence < self._persist_after:
-                # The client's publish store discards every message up to the s of any persisted ack, failed or
-                # not: this one waits until this client's earlier messages are durable (the next sync). A refusal
-                # because the journal or the storage cannot be written is answered at once: those can last, and
-                # the publisher must learn of them while they do.
-                self.durability.after_durable(self._persist_after, self, header, exc.reason)
-            else:
-                self.ack(header, acks, "persisted", reason=exc.reason, now=True, s=header.get("seq"))
+            # After this client's earlier messages are durable, unless the journal or the storage cannot be written.
+            self.persisted.ack_failure(header, acks, exc.reason, at_once=refused is not None)
         if "stats" in acks:
             self.ack(header, acks, "stats", reason=exc.reason, now=True)
 
     # -- security ------------------------------------------------------------------------------------
-    def _entitled(self, command: str, header: Mapping[str, Any]) -> Mapping[str, Any]:
+    def entitled(self, command: str, header: Mapping[str, Any]) -> Mapping[str, Any]:
         """Check ``command`` against the identity's grants; returns the header to run it with (a read of a
         topic with an entitlement filter gets that filter ANDed with its own).
 
@@ -773,6 +768,9 @@ class Session(PublishBatch):
                  client_name=self.name, user_id=header.get("user_id"), bm=f"{self.name_hash}|{last}|")
         log.info("%s logged on as %s from %s", self.id, self.name, self.remote)
 
+    def _publish(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
+        self.publisher.publish(header, body, acks)
+
     def _subscribe(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         command = header.get("command") or "subscribe"
         delta = command == "delta_subscribe"
@@ -903,7 +901,7 @@ class Session(PublishBatch):
         if "persisted" in acks:
             # Journaled deletes are acknowledged as persisted once their records are durable.
             after = journal.last_sequence if logged and journal is not None else 0
-            self._persisted_after(after if after > before else 0, header, acks)
+            self.persisted.ack_command(after if after > before else 0, header, acks)
 
     async def _delete_by_filter(self, header: Mapping[str, Any], logged: bool) -> tuple[int, int]:
         """A ``sow_delete`` by filter: the scan over a snapshot in a query thread (other clients run meanwhile;
