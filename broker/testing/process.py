@@ -173,7 +173,8 @@ class BrokerProcess:
         try:
             from lxml import etree
 
-            root = etree.parse(str(self.config_path)).getroot()
+            # A relative config path is the broker's, from its working directory (not this process's).
+            root = etree.parse(str(self.cwd / self.config_path)).getroot()
         except Exception:  # noqa: BLE001 - a config this helper cannot read: wait for the known ports only
             return []
         known = {self.port, self.admin_port, self.websocket_port}
