@@ -14,6 +14,7 @@ purpose: the broker verifies in a worker thread, a few at a time.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -87,9 +88,12 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(candidate, key)
 
 
-#: A hash of nothing anyone knows, verified for unknown users so that "no such user" takes as long as
-#: "wrong password" (no user enumeration by timing).
-_DUMMY = hash_password(secrets.token_hex(16))
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash of nothing anyone knows, verified for unknown users so that "no such user" takes as long as
+    "wrong password" (no user enumeration by timing). Made when the first password file is read, not at
+    import: every broker imports this module (the password-file plugin's), and scrypt costs ~40 ms of CPU."""
+    return hash_password(secrets.token_hex(16))
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class PasswordFile:
             PasswordFileError: the file is missing, too large, or has a bad line (named with its number).
         """
         shown = os.fspath(path)
+        _dummy_hash()  # now, so that the first unknown user's check takes no longer than the next ones
         try:
             with open(shown, "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
@@ -143,7 +148,7 @@ class PasswordFile:
         """The entry of ``user`` when ``password`` is right, else ``None`` (as slow for unknown users)."""
         entry = self.users.get(user)
         if entry is None:
-            verify_password(password, _DUMMY)
+            verify_password(password, _dummy_hash())
             return None
         return entry if verify_password(password, entry.hash) else None
 
