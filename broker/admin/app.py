@@ -191,7 +191,7 @@ class AdminApp:
     """The Admin server's ASGI application.
 
     Args:
-        source: Returns the broker's statistics (``kernel.sample_statistics``); ignored when ``sampler``
+        source: Returns the broker's statistics (``StatisticsAssembly.sample``); ignored when ``sampler``
             is given.
         admin_actions: Administrator actions by path below ``/amps/administrator/``. The dict is used
             by reference, so entries added later are served.

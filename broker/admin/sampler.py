@@ -16,7 +16,7 @@ in a deque bounded by ``HISTORY_SECONDS / interval``), so the web console draws 
 minutes as soon as it is opened.
 
 The source may be a plain function (a synthetic source in tests) or a coroutine function: the kernel's
-:meth:`~broker.server.kernel.Broker.sample_statistics` builds the per-client rows in slices with a trio
+:meth:`~broker.server.statistics_assembly.StatisticsAssembly.sample` builds the per-client rows in slices with a trio
 checkpoint between them, so taking a sample never holds the event loop for long.
 """
 
@@ -80,7 +80,7 @@ class StatisticsSampler:
     """Holds the latest statistics sample and takes a new one every ``interval`` seconds.
 
     Args:
-        source: Returns the broker's statistics (``kernel.sample_statistics``), directly or awaitably.
+        source: Returns the broker's statistics (``StatisticsAssembly.sample``), directly or awaitably.
         interval: Seconds between two samples (``<Admin><Interval>``); values below
             :data:`MIN_INTERVAL_SECONDS` are raised to it, ``math.inf`` samples only on demand.
         clock: Monotonic seconds (when a sample was taken).

@@ -149,7 +149,7 @@ async def serve_admin(
 ) -> None:
     """Serve ``/metrics``, ``/amps...`` and ``/amps/administrator/...`` until cancelled.
 
-    Use as ``port = await nursery.start(serve_admin, "0.0.0.0", 8085, kernel.statistics)``.
+    Use as ``port = await nursery.start(serve_admin, "0.0.0.0", 8085, stats.sample)`` (a :class:`~broker.server.statistics_assembly.StatisticsAssembly`).
 
     Args:
         host: Address to listen on (``""`` or ``"0.0.0.0"`` for all IPv4, ``"::"`` for IPv6).

@@ -38,7 +38,7 @@ from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PersistedAcks
 from broker.server.querystream import collect_keys, run_stoppable, stream_query
 from broker.server.replay import historical_topics, prepare_historical_replay, start_bookmark_subscription
 from broker.server.services import SessionServices
-from broker.server.sockio import SocketInput, TurnBudget, socket_fd
+from broker.server.sockio import SocketInput, TurnBudget
 from broker.server.statistics_assembly import client_row
 from broker.stats.snapshot import ClientStats
 from broker.txlog.bookmarks import client_name_hash
@@ -151,6 +151,8 @@ class Session:
         self._draining = False
         #: The reader waits for input (no command of this client is under way).
         self._reading = False
+        #: The drain's last step is under way (:meth:`_finish_draining`).
+        self._finishing = False
         #: This client's persisted acks, in order, and its publish paths (objects it owns).
         self.persisted = PersistedAcks(self, services.durability)
         self.publisher = Publisher(self, services, self.persisted, transport.max_message_depth)
@@ -270,7 +272,7 @@ class Session:
             self._reserved_in = 0
             closing = getattr(self.stream, "closing", None)
             if closing is not None and self.closed_reason:
-                closing(self.closed_reason)
+                closing(self.closed_reason, going_away=self._draining)
             with trio.move_on_after(1) as cs:
                 cs.shield = True
                 if self._draining:
@@ -287,14 +289,17 @@ class Session:
         self._draining = True
         if not self._reading or self.outbound.held:
             return  # a command is under way (the reader stops after it), or the writer may be waiting on the socket
-        fd = socket_fd(self.stream) if self.input is not None else socket_fd(getattr(self.stream, "stream", None))
-        if fd is not None:
-            trio.lowlevel.notify_closing(fd)  # wakes the reader (ClosedResourceError): no command is lost
-        elif self.close(SHUTDOWN_REASON):  # a TLS stream: nothing to wake its read with
-            pass
+        if self.input is not None:
+            # A plain socket: wake the reader (ClosedResourceError; nothing read is lost), run() finishes.
+            trio.lowlevel.notify_closing(self.input.fd)
+        elif not self._finishing and self._nursery is not None:
+            # A WebSocket or TLS stream reads through its own layer, which would take a woken read for the peer
+            # gone: finish beside the waiting reader (close() then cancels it).
+            self._nursery.start_soon(self._finish_draining)
 
     async def _finish_draining(self) -> None:
         """After the last command of a draining session: its persisted acks, its queue, then close."""
+        self._finishing = True
         await self.durability.wait_durable()  # the syncer sends the acks waiting for these records first
         while self.outbound.held and not self.outbound.closed:
             await self.outbound.wait_below(0)

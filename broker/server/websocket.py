@@ -104,11 +104,12 @@ class WebSocketStream(trio.abc.Stream):
         """The session logged on: messages up to MaxMessageSize are read from now on (MaxLogonSize before)."""
         self.ws.limit(self._max_message_size, "the Transport's <MaxMessageSize>")
 
-    def closing(self, reason: str) -> None:
+    def closing(self, reason: str, *, going_away: bool = False) -> None:
         """The Session ends the connection for ``reason`` (slow client, duplicate name, timeouts): the close
-        frame says so with code 1008 (policy violation) unless a more precise code is already set."""
+        frame says so with code 1008 (policy violation), or 1001 (going away) when ``going_away`` (the broker
+        shuts down), unless a more precise code is already set."""
         if self._close[0] == 1000:
-            self._close = (1008, reason[:120])  # a close frame's reason fits in 123 bytes
+            self._close = (1001 if going_away else 1008, reason[:120])  # a close frame's reason fits in 123 bytes
 
     async def aclose(self) -> None:
         self._release()

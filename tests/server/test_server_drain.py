@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -24,6 +25,7 @@ from broker.config.model import TransactionLogConfig
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker, open_broker
 from broker.testing.process import BrokerProcess, config_xml
+from broker.testing.wsclient import WsClient, WsClosed
 from broker.txlog import Command, JournalWriter, ReplayStart
 
 pytestmark = pytest.mark.timeout(90)
@@ -122,7 +124,7 @@ def test_sigterm_while_a_publisher_streams_drains_acks_and_exits_cleanly(tmp_pat
                     publisher.acked = max(publisher.acked, event.header.seq or 0)
         assert broker.proc is not None
         stopped_at = time.monotonic()
-        broker.proc.send_signal(15)  # SIGTERM, while the publisher keeps sending
+        broker.proc.send_signal(signal.SIGTERM)  # while the publisher keeps sending
         publisher.read_until_closed()
         code = broker.wait_exit(SHUTDOWN_TIMEOUT + 10)
         took = time.monotonic() - stopped_at
@@ -141,6 +143,21 @@ def test_sigterm_while_a_publisher_streams_drains_acks_and_exits_cleanly(tmp_pat
     assert max(logged) == publisher.acked, f"{max(logged) - publisher.acked} journaled publishes never acknowledged"
     assert "disconnected: the broker is shutting down" in log
     assert "drained in" in log
+
+
+def test_a_websocket_client_is_told_the_broker_is_going_away(tmp_path: Path) -> None:
+    broker = BrokerProcess.from_xml(tmp_path, websocket=True).start()
+    client = WsClient.connect(broker.websocket_port or 0, "ws-client")
+    try:
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(WsClosed) as closed:
+            client.next_message(timeout=10)
+        assert broker.wait_exit(15) == 0
+    finally:
+        client.close()
+        broker.kill()
+    assert str(closed.value) == "closed by the server: 1001 the broker is shutting down"
 
 
 def _config(tmp_path: Path, name: str) -> Any:
