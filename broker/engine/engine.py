@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from broker.engine.aggregate import AggregatePlan
 from broker.engine.counters import EngineCounters
 from broker.engine.fanout import FanOut
 from broker.engine.journal import Journal
@@ -215,7 +216,7 @@ class Engine:
         self.router.remove_client(client)
 
     # -- queries -------------------------------------------------------------------------------------
-    def plan_query(self, header: Mapping[str, Any]) -> tuple[QueryPlan, int]:
+    def plan_query(self, header: Mapping[str, Any]) -> tuple[QueryPlan | AggregatePlan, int]:
         """Plan a sow query (or the query half of sow_and_subscribe).
 
         Returns:

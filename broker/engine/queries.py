@@ -398,7 +398,7 @@ def plan_query(
     compile_order_by: Callable[[str], OrderBy],
     *,
     now_ns: int | None = None,
-) -> tuple[QueryPlan, int]:
+) -> tuple[QueryPlan | AggregatePlan, int]:
     """Plan a ``sow`` (or the query half of sow_and_subscribe) from its decoded header.
 
     Reads ``topic`` (literal or regex over the SOW topics), ``filter``, ``sow_keys``, ``batch_size``,
@@ -414,7 +414,8 @@ def plan_query(
         now_ns: The query time (records expired by then are skipped); now by default.
 
     Returns:
-        The plan and the effective batch size.
+        The plan (an :class:`~broker.engine.aggregate.AggregatePlan` for a ``sow`` with ``grouping`` and
+        ``projection``) and the effective batch size.
 
     Raises:
         CommandError: bad regex topic, bad filter, bad OrderBy, BatchSize out of range, bad or
@@ -469,7 +470,7 @@ def plan_query(
     if aggregation is not None:  # order and limits apply to the aggregated records
         inner = QueryPlan(parts=parts, predicate=predicate, keys=keys,
                           now_ns=now if as_of is None else min(now, as_of), as_of_ns=as_of)
-        return AggregatePlan(inner, aggregation, order_by, top_n, skip_n or 0), batch_size  # type: ignore[return-value]
+        return AggregatePlan(inner, aggregation, order_by, top_n, skip_n or 0), batch_size
     plan = QueryPlan(
         parts=parts, predicate=predicate, keys=keys, order_by=order_by, top_n=top_n, skip_n=skip_n or 0,
         # Historical: records that had expired by the query's time are not part of its answer.

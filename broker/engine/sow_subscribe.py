@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.engine.aggregate import AggregatePlan
 from broker.engine.counters import OofCounts
 from broker.engine.delivery import deliver
 from broker.engine.pagination import ResultSet, Window
@@ -85,7 +86,7 @@ class SowStart:
         oofs: ``(topic, record)`` that a replaced subscription held and that left its scope.
     """
 
-    plan: QueryPlan | KeepPlan
+    plan: QueryPlan | KeepPlan | AggregatePlan
     batch_size: int
     sub: Subscription | None = None
     oofs: list[tuple[str, SowRecord]] = field(default_factory=list)
@@ -120,6 +121,11 @@ def start_sow(engine: Engine, client: Client, header: Mapping[str, Any], *, subs
     old_window = HeldWindow(old.window.results.topic if old.window.results else None, set(old.window.keys)) \
         if old is not None and old.window is not None else None
     plan, batch_size = engine.plan_query(header)
+    if isinstance(plan, AggregatePlan):  # grouping and projection: a plain sow (check_command refuses the rest)
+        if subscribe:
+            plan.close()
+            raise CommandError("invalid options", "grouping and projection apply to a sow only; remove them")
+        return SowStart(plan, batch_size)
     windows = engine.router.windows
     window = None
     historical_window: Window | None = None
