@@ -10,19 +10,41 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import AMPS
 import pytest
 
+from broker.testing.process import BrokerProcess
+
+#: Each test's own persisted SOW topic on the module's broker (the ``orders`` fixture). The snapshot of
+#: test_sow_and_delta_subscribe comes in the store's key order, which depends on the topic's name: it keeps
+#: ``orders``.
+ORDERS_TOPICS = {
+    "test_query_options_apply_to_the_query_only": "orders-query-options",
+    "test_replace_sends_only_the_difference": "orders-replace",
+    "test_delta_subscribe_sends_only_changed_fields": "orders-delta",
+    "test_sow_and_delta_subscribe": "orders",
+}
 TOPICS = """
 <Topic><Name>ticks</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
-<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><FileName>./sow/%n.sow</FileName></Topic>
-"""
+""" + "".join(f"""<Topic><Name>{topic}</Name><MessageType>json</MessageType><Key>/id</Key>
+  <FileName>./sow/%n.sow</FileName></Topic>
+""" for topic in ORDERS_TOPICS.values())
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: each test's SOW records are in a topic no other test uses."""
+    with BrokerProcess.from_xml(tmp_path_factory.mktemp("s-and-s"), sow=TOPICS) as proc:
+        yield proc
 
 
 @pytest.fixture
-def broker(broker_factory):
-    return broker_factory(sow=TOPICS)
+def orders(request: pytest.FixtureRequest) -> str:
+    """This test's own persisted SOW topic (keyed on /id)."""
+    assert request.node.name in ORDERS_TOPICS, f"give {request.node.name} a topic of its own in ORDERS_TOPICS"
+    return ORDERS_TOPICS[request.node.name]
 
 
 def settle(*clients) -> None:
@@ -114,17 +136,17 @@ def test_snapshot_and_live_have_no_gap_and_no_duplicate(broker, client_factory, 
 
 
 # -- query options, topics without a SOW ---------------------------------------------------------------
-def test_query_options_apply_to_the_query_only(broker, client_factory, make_collector) -> None:
+def test_query_options_apply_to_the_query_only(broker, orders, client_factory, make_collector) -> None:
     pub, sub = client_factory(broker.uri), client_factory(broker.uri)
     for i in range(10):
-        pub.publish("orders", json.dumps({"id": i, "v": i * 10}))
+        pub.publish(orders, json.dumps({"id": i, "v": i * 10}))
     settle(pub)
     got = make_collector()
-    sub.sow_and_subscribe(got, "orders", filter="/v >= 20", batch_size=3, top_n=4, order_by="/v DESC",
+    sub.sow_and_subscribe(got, orders, filter="/v >= 20", batch_size=3, top_n=4, order_by="/v DESC",
                           timeout=5000)
     wait_group_end(got)
-    pub.publish("orders", json.dumps({"id": 0, "v": 25}))  # enters the filter: live, although not top 4
-    pub.publish("orders", json.dumps({"id": 1, "v": 5}))  # never matched
+    pub.publish(orders, json.dumps({"id": 0, "v": 25}))  # enters the filter: live, although not top 4
+    pub.publish(orders, json.dumps({"id": 1, "v": 5}))  # never matched
     settle(pub, sub)
     snap, live = split(got)
     assert [json.loads(m["data"])["v"] for m in snap] == [90, 80, 70, 60]
@@ -146,21 +168,21 @@ def test_topic_without_sow_returns_an_empty_group_then_subscribes(broker, client
 
 
 # -- replace ---------------------------------------------------------------------------------------------
-def replace(client, collector, flt: str, *, sub_id: str = "book") -> None:
+def replace(client, collector, topic: str, flt: str, *, sub_id: str = "book") -> None:
     ends = len([m for m in collector.messages if m["command"] == "group_end"])
-    cmd = (AMPS.Command("sow_and_subscribe").set_topic("orders").set_sub_id(sub_id).set_filter(flt)
+    cmd = (AMPS.Command("sow_and_subscribe").set_topic(topic).set_sub_id(sub_id).set_filter(flt)
            .set_options("replace,oof").set_batch_size(10))
     client.execute_async(cmd, collector)
     wait_group_end(collector, ends + 1)
 
 
-def test_replace_sends_only_the_difference(broker, client_factory, make_collector) -> None:
+def test_replace_sends_only_the_difference(broker, orders, client_factory, make_collector) -> None:
     pub, sub = client_factory(broker.uri), client_factory(broker.uri)
     for i in range(10):
-        pub.publish("orders", json.dumps({"id": i, "v": i}))
+        pub.publish(orders, json.dumps({"id": i, "v": i}))
     settle(pub)
     got = make_collector()
-    cmd = (AMPS.Command("sow_and_subscribe").set_topic("orders").set_sub_id("book").set_filter("/v < 5")
+    cmd = (AMPS.Command("sow_and_subscribe").set_topic(orders).set_sub_id("book").set_filter("/v < 5")
            .set_options("oof").set_batch_size(10))
     sub.execute_async(cmd, got)
     wait_group_end(got)
@@ -173,46 +195,46 @@ def test_replace_sends_only_the_difference(broker, client_factory, make_collecto
                 if m["command"] in ("sow", "publish", "oof")]
 
     assert sorted(v for _c, v in after(0)) == [0, 1, 2, 3, 4]
-    replace(sub, got, "/v < 8")  # widen: only 5, 6, 7 are sent
+    replace(sub, got, orders, "/v < 8")  # widen: only 5, 6, 7 are sent
     settle(sub)
     assert sorted(after(1)) == [("sow", 5), ("sow", 6), ("sow", 7)]
-    replace(sub, got, "/v >= 3")  # shift: 8, 9 sent; 0, 1, 2 out of focus
+    replace(sub, got, orders, "/v >= 3")  # shift: 8, 9 sent; 0, 1, 2 out of focus
     settle(sub)
     assert sorted(after(2)) == [("oof", 0), ("oof", 1), ("oof", 2), ("sow", 8), ("sow", 9)]
     assert [m["command"] for m in got.messages[-3:]] == ["oof", "oof", "oof"]  # after the group
-    pub.publish("orders", json.dumps({"id": 1, "v": 11}))  # live continues with the new filter
-    pub.publish("orders", json.dumps({"id": 4, "v": 2}))  # held since the first query: now out
+    pub.publish(orders, json.dumps({"id": 1, "v": 11}))  # live continues with the new filter
+    pub.publish(orders, json.dumps({"id": 4, "v": 2}))  # held since the first query: now out
     settle(pub, sub)
     assert after(3)[3:] == [("publish", 11), ("oof", 2)]
     assert {m["sub_id"] for m in got.messages if m["command"] in ("publish", "oof")} == {"book"}
 
 
 # -- delta subscriptions ---------------------------------------------------------------------------------
-def test_delta_subscribe_sends_only_changed_fields(broker, client_factory, make_collector) -> None:
+def test_delta_subscribe_sends_only_changed_fields(broker, orders, client_factory, make_collector) -> None:
     pub, sub = client_factory(broker.uri), client_factory(broker.uri)
-    pub.publish("orders", json.dumps({"id": 1, "sym": "IBM", "qty": 10, "px": 100.5}))
+    pub.publish(orders, json.dumps({"id": 1, "sym": "IBM", "qty": 10, "px": 100.5}))
     settle(pub)
     got = make_collector()
-    sub.delta_subscribe(got, "orders", timeout=5000)
-    pub.publish("orders", json.dumps({"id": 1, "sym": "IBM", "qty": 20, "px": 100.5}))
-    pub.publish("orders", json.dumps({"id": 2, "sym": "MSFT", "qty": 5, "px": 30.0}))  # new: whole
+    sub.delta_subscribe(got, orders, timeout=5000)
+    pub.publish(orders, json.dumps({"id": 1, "sym": "IBM", "qty": 20, "px": 100.5}))
+    pub.publish(orders, json.dumps({"id": 2, "sym": "MSFT", "qty": 5, "px": 30.0}))  # new: whole
     settle(pub, sub)
     assert [json.loads(d) for d in got.data()] == [
         {"id": 1, "qty": 20}, {"id": 2, "sym": "MSFT", "qty": 5, "px": 30.0}]
 
 
-def test_sow_and_delta_subscribe(broker, client_factory, make_collector) -> None:
+def test_sow_and_delta_subscribe(broker, orders, client_factory, make_collector) -> None:
     pub, sub = client_factory(broker.uri), client_factory(broker.uri)
     for i in (1, 2):
-        pub.publish("orders", json.dumps({"id": i, "state": "open", "qty": 10, "note": "n"}))
+        pub.publish(orders, json.dumps({"id": i, "state": "open", "qty": 10, "note": "n"}))
     settle(pub)
     got = make_collector()
-    sub.sow_and_delta_subscribe(got, "orders", filter='/state = "open"', oof_enabled=True, timeout=5000)
+    sub.sow_and_delta_subscribe(got, orders, filter='/state = "open"', oof_enabled=True, timeout=5000)
     wait_group_end(got)
-    pub.publish("orders", json.dumps({"id": 1, "state": "open", "qty": 15, "note": "n"}))
-    pub.publish("orders", json.dumps({"id": 2, "state": "done", "qty": 10, "note": "n"}))  # oof: whole
-    pub.publish("orders", json.dumps({"id": 2, "state": "open", "qty": 10, "note": "m"}))  # back: whole
-    pub.publish("orders", json.dumps({"id": 2, "state": "open", "qty": 10, "note": "k"}))
+    pub.publish(orders, json.dumps({"id": 1, "state": "open", "qty": 15, "note": "n"}))
+    pub.publish(orders, json.dumps({"id": 2, "state": "done", "qty": 10, "note": "n"}))  # oof: whole
+    pub.publish(orders, json.dumps({"id": 2, "state": "open", "qty": 10, "note": "m"}))  # back: whole
+    pub.publish(orders, json.dumps({"id": 2, "state": "open", "qty": 10, "note": "k"}))
     settle(pub, sub)
     snap, live = split(got)
     assert [json.loads(m["data"]) for m in snap] == [
