@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 
 import AMPS
 import pytest
+
+from broker.testing.process import BrokerProcess
 
 BUYER = """
 <Topic><Name>buyer</Name><MessageType>xml</MessageType><Key>/buyer/id</Key>
   <FileName>./sow/%n.sow</FileName></Topic>
 """
-ORDERS = """
-<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>
+#: Each test's own SOW topic on the module's broker (the ``topic`` fixture); the expiration test has quotes.
+ORDERS_TOPICS = {
+    "test_open_orders_example": "orders",
+    "test_oof_reasons_and_header_fields": "orders-reasons",
+    "test_only_subscriptions_that_received_the_record_get_oof": "orders-received",
+    "test_oof_state_is_released_with_the_subscription": "orders-released",
+}
+ORDERS = "".join(f"""
+<Topic><Name>{topic}</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability></Topic>"""
+                 for topic in ORDERS_TOPICS.values()) + """
 <Topic><Name>quotes</Name><MessageType>json</MessageType><Key>/id</Key><Durability>transient</Durability>
   <Expiration>enabled</Expiration></Topic>
 """
@@ -52,9 +63,18 @@ def after_snapshot(collector) -> list[dict]:
     return [m for m in msgs[end + 1 :] if m["command"] in ("publish", "oof")]
 
 
+@pytest.fixture(scope="module")
+def orders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module's tests (but the buyer example's): each writes a SOW topic of its own."""
+    with BrokerProcess.from_xml(tmp_path_factory.mktemp("oof"), sow=ORDERS) as proc:
+        yield proc
+
+
 @pytest.fixture
-def orders(broker_factory):
-    return broker_factory(sow=ORDERS)
+def topic(request: pytest.FixtureRequest) -> str:
+    """This test's own SOW topic on ``orders``."""
+    assert request.node.name in ORDERS_TOPICS, f"give {request.node.name} a topic of its own in ORDERS_TOPICS"
+    return ORDERS_TOPICS[request.node.name]
 
 
 def test_buyer_xml_example(broker_factory, client_factory, make_collector) -> None:
@@ -88,7 +108,7 @@ def test_buyer_xml_example(broker_factory, client_factory, make_collector) -> No
         ("oof", "match"), ("publish", ""), ("oof", "deleted")]
 
 
-def test_open_orders_example(orders, client_factory, make_collector) -> None:
+def test_open_orders_example(orders, topic, client_factory, make_collector) -> None:
     pub, gui, plain = (client_factory(orders.uri) for _ in range(3))
     rows = [
         {"id": 1, "Client": "Adam", "Symbol": "MSFT", "State": "Open"},
@@ -97,17 +117,17 @@ def test_open_orders_example(orders, client_factory, make_collector) -> None:
         {"id": 4, "Client": "Adam", "Symbol": "AAPL", "State": "Filled"},
     ]
     for r in rows:
-        pub.publish("orders", json.dumps(r))
+        pub.publish(topic, json.dumps(r))
     settle(pub)
     flt = '/Client = "Adam" AND /State = "Open"'
     got, without = make_collector(), make_collector()
-    sow_and_subscribe(gui, got, "orders", filter=flt, oof_enabled=True, batch_size=10)
-    sow_and_subscribe(plain, without, "orders", filter=flt)
+    sow_and_subscribe(gui, got, topic, filter=flt, oof_enabled=True, batch_size=10)
+    sow_and_subscribe(plain, without, topic, filter=flt)
     assert sorted(json.loads(m["data"])["id"] for m in got.messages if m["command"] == "sow") == [1, 2]
 
-    pub.publish("orders", json.dumps({**rows[0], "State": "Filled"}))  # Adam's MSFT order is filled
-    pub.publish("orders", json.dumps({**rows[2], "State": "Filled"}))  # Bob's: never in focus
-    pub.publish("orders", json.dumps({**rows[1], "Qty": 5}))  # still open: an ordinary update
+    pub.publish(topic, json.dumps({**rows[0], "State": "Filled"}))  # Adam's MSFT order is filled
+    pub.publish(topic, json.dumps({**rows[2], "State": "Filled"}))  # Bob's: never in focus
+    pub.publish(topic, json.dumps({**rows[1], "Qty": 5}))  # still open: an ordinary update
     settle(pub, gui, plain)
     live = after_snapshot(got)
     assert [(m["command"], json.loads(m["data"])["id"]) for m in live] == [("oof", 1), ("publish", 2)]
@@ -115,21 +135,21 @@ def test_open_orders_example(orders, client_factory, make_collector) -> None:
     # Without the oof option the GUI never hears that order 1 left its filter.
     assert [json.loads(m["data"])["id"] for m in after_snapshot(without)] == [2]
 
-    pub.publish("orders", json.dumps(rows[0]))  # re-opened: back in focus, delivered as a publish
+    pub.publish(topic, json.dumps(rows[0]))  # re-opened: back in focus, delivered as a publish
     settle(pub, gui)
     assert [(m["command"], json.loads(m["data"])["id"]) for m in after_snapshot(got)][-1] == ("publish", 1)
 
 
-def test_oof_reasons_and_header_fields(orders, client_factory, make_collector) -> None:
+def test_oof_reasons_and_header_fields(orders, topic, client_factory, make_collector) -> None:
     pub, sub = client_factory(orders.uri), client_factory(orders.uri)
     for i in range(1, 4):
-        pub.publish("orders", json.dumps({"id": i, "qty": 100}), correlation_id=b64(f"order-{i}"))
+        pub.publish(topic, json.dumps({"id": i, "qty": 100}), correlation_id=b64(f"order-{i}"))
     settle(pub)
     got = make_collector()
-    sub_id = sow_and_subscribe(sub, got, "orders", filter="/qty >= 50", oof_enabled=True)
+    sub_id = sow_and_subscribe(sub, got, topic, filter="/qty >= 50", oof_enabled=True)
     keys = {json.loads(m["data"])["id"]: m["sow_key"] for m in got.messages if m["command"] == "sow"}
-    pub.publish("orders", json.dumps({"id": 1, "qty": 10}), correlation_id="bmV3MQ==")
-    pub.sow_delete("orders", "/id = 2", 5000)
+    pub.publish(topic, json.dumps({"id": 1, "qty": 10}), correlation_id="bmV3MQ==")
+    pub.sow_delete(topic, "/id = 2", 5000)
     oofs = got.wait_for(2, command="oof")
     assert [(m["reason"], m["sow_key"], m["sub_id"]) for m in oofs] == [
         ("match", keys[1], sub_id), ("deleted", keys[2], sub_id)]
@@ -154,24 +174,24 @@ def test_oof_expired_carries_the_previous_message(orders, client_factory, make_c
     assert [json.loads(m.get_data())["id"] for m in pub.sow("quotes", timeout=5000) if m.get_command() == "sow"] == [8]
 
 
-def test_only_subscriptions_that_received_the_record_get_oof(orders, client_factory, make_collector) -> None:
+def test_only_subscriptions_that_received_the_record_get_oof(orders, topic, client_factory, make_collector) -> None:
     pub, a, b, c = (client_factory(orders.uri) for _ in range(4))
-    pub.publish("orders", json.dumps({"id": 1, "v": 50}))
-    pub.publish("orders", json.dumps({"id": 2, "v": 5}))
-    pub.publish("orders", json.dumps({"id": 3, "v": 60}))
+    pub.publish(topic, json.dumps({"id": 1, "v": 50}))
+    pub.publish(topic, json.dumps({"id": 2, "v": 5}))
+    pub.publish(topic, json.dumps({"id": 3, "v": 60}))
     settle(pub)
     high, low = make_collector(), make_collector()
-    sow_and_subscribe(a, high, "orders", filter="/v > 10", oof_enabled=True)
-    sow_and_subscribe(b, low, "orders", filter="/v < 10", oof_enabled=True)
+    sow_and_subscribe(a, high, topic, filter="/v > 10", oof_enabled=True)
+    sow_and_subscribe(b, low, topic, filter="/v < 10", oof_enabled=True)
     # A subscription without a SOW query was never sent record 1's current state.
     plain = make_collector()
-    c.execute_async(AMPS.Command("subscribe").set_topic("orders").set_filter("/v > 10").set_options("oof"), plain)
+    c.execute_async(AMPS.Command("subscribe").set_topic(topic).set_filter("/v > 10").set_options("oof"), plain)
     settle(c)
-    pub.publish("orders", json.dumps({"id": 2, "v": 3}))  # never matched /v > 10: nobody gets an oof
-    pub.publish("orders", json.dumps({"id": 1, "v": 40}))  # still > 10: publish to both high subs
-    pub.publish("orders", json.dumps({"id": 1, "v": 1}))  # leaves /v > 10, enters /v < 10
-    pub.sow_delete("orders", "/id = 2", 5000)  # held only by the /v < 10 subscription
-    pub.publish("orders", json.dumps({"id": 3, "v": 2}))  # leaves /v > 10
+    pub.publish(topic, json.dumps({"id": 2, "v": 3}))  # never matched /v > 10: nobody gets an oof
+    pub.publish(topic, json.dumps({"id": 1, "v": 40}))  # still > 10: publish to both high subs
+    pub.publish(topic, json.dumps({"id": 1, "v": 1}))  # leaves /v > 10, enters /v < 10
+    pub.sow_delete(topic, "/id = 2", 5000)  # held only by the /v < 10 subscription
+    pub.publish(topic, json.dumps({"id": 3, "v": 2}))  # leaves /v > 10
     settle(pub, a, b, c)
     assert [(m["command"], json.loads(m["data"])["v"]) for m in after_snapshot(high)] == [
         ("publish", 40), ("oof", 1), ("oof", 2)]
@@ -183,14 +203,14 @@ def test_only_subscriptions_that_received_the_record_get_oof(orders, client_fact
             if m["command"] in ("publish", "oof")] == [("publish", 40), ("oof", 1)]
 
 
-def test_oof_state_is_released_with_the_subscription(orders, client_factory, make_collector) -> None:
+def test_oof_state_is_released_with_the_subscription(orders, topic, client_factory, make_collector) -> None:
     pub, sub = client_factory(orders.uri), client_factory(orders.uri)
-    pub.publish("orders", json.dumps({"id": 1, "v": 50}))
+    pub.publish(topic, json.dumps({"id": 1, "v": 50}))
     settle(pub)
     got = make_collector()
-    sub_id = sow_and_subscribe(sub, got, "orders", filter="/v > 10", oof_enabled=True)
+    sub_id = sow_and_subscribe(sub, got, topic, filter="/v > 10", oof_enabled=True)
     sub.unsubscribe(sub_id)
     settle(sub)
-    pub.publish("orders", json.dumps({"id": 1, "v": 1}))
+    pub.publish(topic, json.dumps({"id": 1, "v": 1}))
     settle(pub, sub)
     assert after_snapshot(got) == []
