@@ -102,7 +102,7 @@ class Engine:
         self.is_logged = is_logged
         self.counters = EngineCounters()
         #: Each publisher's highest applied ``s`` (de-duplication).
-        self.publishers = Publishers(journal.dedup if journal is not None else None)
+        self.publishers = Publishers(journal)
         #: Delivery of applied messages and of out-of-focus notices.
         self.fanout = FanOut(router=self.router, counters=self.counters, stats_topics=stats_topics, latency=latency)
         #: The publish steps.

@@ -1,8 +1,9 @@
 """The publishers the engine has applied publishes from: each one's highest store sequence (``s``), for
 de-duplication of re-sends after a reconnect, forgotten after ``<InactiveClientAckExpiration>`` without a publish.
 
-One object per engine (:attr:`broker.engine.engine.Engine.publishers`): both publish paths that apply messages
-(:mod:`broker.engine.publish`) record what they applied here, and the session asks it before a publish.
+One object per engine (:attr:`broker.engine.engine.Engine.publishers`): every publish path
+(:mod:`broker.engine.publish`) records what it applied here, and the session asks it
+(:meth:`Engine.is_duplicate <broker.engine.engine.Engine.is_duplicate>`) before a publish.
 """
 
 from __future__ import annotations
@@ -11,26 +12,26 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.engine.delivery import Client
-    from broker.txlog.dedup import PublisherDedup
+    from broker.engine.journal import Journal
 
 
 class Publishers:
-    """Highest applied ``s`` per publisher key, optionally backed by the journal's de-duplication table.
+    """Highest applied ``s`` per publisher key, backed by the journal's de-duplication table when there is one.
 
     Args:
-        dedup: The transaction log's table of what each publisher had journaled (it survives a restart), or
-            ``None`` without a transaction log.
+        journal: The transaction log, whose :attr:`~broker.engine.journal.Journal.dedup` table (what each
+            publisher had journaled, which survives a restart) is asked too; ``None``: none.
     """
 
-    __slots__ = ("_active", "_dedup", "_next_sweep", "expiration_ns", "seq")
+    __slots__ = ("_active", "_journal", "_next_sweep", "expiration_ns", "seq")
 
-    def __init__(self, dedup: PublisherDedup | None = None) -> None:
+    def __init__(self, journal: Journal | None = None) -> None:
         #: Highest publish-store sequence applied per publisher key.
         self.seq: dict[str, int] = {}
         #: ``<InactiveClientAckExpiration>`` in nanoseconds: a publisher without a publish this long is
         #: forgotten by :attr:`seq` (and starts afresh, as in AMPS); 0: never.
         self.expiration_ns = 0
-        self._dedup = dedup
+        self._journal = journal
         self._active: dict[str, int] = {}
         self._next_sweep = 0
 
@@ -38,7 +39,7 @@ class Publishers:
         """Whether publisher ``key``'s store sequence ``seq`` was already applied (a re-send after reconnect)."""
         if seq <= self.seq.get(key, 0):
             return True
-        return self._dedup is not None and self._dedup.is_duplicate(key, seq)
+        return self._journal is not None and self._journal.dedup.is_duplicate(key, seq)
 
     def highest(self, client: Client) -> int:
         """The highest ``s`` applied or journaled for ``client``'s publisher key: a later message at or below it
@@ -47,8 +48,8 @@ class Publishers:
         if not key:
             return 0
         high = self.seq.get(key, 0)
-        if self._dedup is not None:
-            high = max(high, self._dedup.highest_hash(client.name_hash))
+        if self._journal is not None:
+            high = max(high, self._journal.dedup.highest_hash(client.name_hash))
         return high
 
     def applied(self, key: str, top: int, now_ns: int) -> None:
