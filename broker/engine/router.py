@@ -120,7 +120,7 @@ class Router:
         self._regex: list[Subscription] = []
         #: Topic -> candidate subscriptions; cleared on every change, bounded for unbounded topic spaces.
         self._cache: Memo[str, tuple[Subscription, ...]] = Memo(self._match, 100_000)
-        self._by_client: dict[object, dict[str, Subscription]] = {}
+        self._by_client: dict[Client, dict[str, Subscription]] = {}
 
     def add(self, sub: Subscription) -> Subscription | None:
         """Add ``sub``; returns the subscription it replaced (same client and sub_id), if any."""
@@ -158,11 +158,11 @@ class Router:
             self._regex.remove(sub)
         self._cache.clear()
 
-    def get(self, client: object, sub_id: str) -> Subscription | None:
+    def get(self, client: Client, sub_id: str) -> Subscription | None:
         """The client's subscription ``sub_id``, if live."""
         return self._by_client.get(client, {}).get(sub_id)
 
-    def remove(self, client: object, sub_id: str) -> Subscription | None:
+    def remove(self, client: Client, sub_id: str) -> Subscription | None:
         """Remove one subscription; returns it, or ``None`` if it was not live."""
         subs = self._by_client.get(client)
         if not subs or sub_id not in subs:
@@ -176,7 +176,7 @@ class Router:
             self._unindex(sub)
         return sub
 
-    def remove_client(self, client: object) -> list[Subscription]:
+    def remove_client(self, client: Client) -> list[Subscription]:
         """Remove every subscription of ``client`` (unsubscribe all, or disconnect)."""
         subs = list(self._by_client.get(client, {}).values())
         for sub in subs:
