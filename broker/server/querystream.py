@@ -12,7 +12,7 @@ stops taking chunks, the channel fills and the thread blocks: the scan goes at t
 A query that only fetches a few keys (:data:`LOOP_LOOKUPS`) is encoded on the loop the same way: less work
 than a thread hand-off, and never queued behind long scans. Queries whose records are tested against loop
 state (the difference a replacing subscription sends) or already folded in memory (aggregation) stream on the
-loop in slices instead (``Session._sow_on_loop``).
+loop in slices instead (``QueryCommands._sow_on_loop`` in :mod:`broker.server.session_queries`).
 
 Bounds: at most :data:`QUERY_THREADS` queries scan at once (a :class:`trio.CapacityLimiter` per broker run;
 more wait their turn), each holding at most :data:`CHUNKS_AHEAD` chunks of about :data:`CHUNK_BYTES` beyond

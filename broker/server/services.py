@@ -13,7 +13,7 @@ Layers of ``broker/server``, lowest first (an import may only go down or sideway
 2. services: ``durability``, ``client_registry``, ``replay_registry``, ``maintenance``, ``security_reload``,
    ``statistics_assembly``
 3. this module, ``services``
-4. connections: ``querystream``, ``publish_batch``, ``replay``, ``websocket``, ``session``
+4. connections: ``querystream``, ``publish_batch``, ``replay``, ``websocket``, ``session_queries``, ``session``
 5. ``transport``
 6. ``kernel`` (builds and runs everything; :func:`~broker.server.kernel.open_broker`)
 """

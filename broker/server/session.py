@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from functools import partial
+from collections.abc import Awaitable, Callable, Mapping
 from time import perf_counter
 from typing import Any, cast
 
@@ -20,24 +19,20 @@ import trio
 from broker.engine.acks import (
     JOURNAL_FULL_REASON,
     ack_header,
-    journal_full_detail,
     requested_acks,
 )
 from broker.engine.command_options import INVALID_OPTIONS, check_command
-from broker.engine.queries import QueryPlan
-from broker.engine.sow_subscribe import start_sow
 from broker.engine.topics import is_regex_topic
 from broker.errors import BrokerError, CommandError, NotAmpsError, ProtocolError, StorageError
-from broker.memo import Memo
-from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame, encode_sow_records
+from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.protocol._connection import LargeFrame
 from broker.protocol.constants import RESERVED_TOPIC_PREFIX
 from broker.security import AuthenticationRefused, Identity, LogonRequest
 from broker.server.outbound import Flusher, LargeBody, Outbound, SlowClient
 from broker.server.publish_batch import BATCH_ACKS, PLAIN_PUBLISH, PersistedAcks, Publisher
-from broker.server.querystream import collect_keys, run_stoppable, stream_query
-from broker.server.replay import historical_topics, prepare_historical_replay, start_bookmark_subscription
+from broker.server.replay import start_bookmark_subscription
 from broker.server.services import SessionServices
+from broker.server.session_queries import QueryCommands
 from broker.server.sockio import SocketInput, TurnBudget
 from broker.server.statistics_assembly import client_row
 from broker.stats.snapshot import ClientStats
@@ -56,32 +51,6 @@ READ_SIZE = 65536
 #: hold (a paced publisher's reads do: reading on would only find the socket empty), and a lone message is never
 #: held. See docs/bench.md, "Writes held while a publisher streams".
 HOLD_WRITES_SECONDS = 0.0005
-#: Bytes of query results queued before streaming waits for the client to read (at most half the
-#: client's outbound bound, so a large result never trips the bound of a client that reads).
-QUERY_WATERMARK = 4 * 1024 * 1024
-#: Event-loop time a streaming query uses before letting other clients run (it resumes right after).
-QUERY_SLICE_SECONDS = 0.0005
-#: The most records one ``sow`` frame of a query carries, whatever the BatchSize (a frame is encoded in one
-#: step: 1,000 records take 5.5 ms).
-QUERY_FRAME_RECORDS = 250
-#: Records a ``sow_delete`` by filter checks and deletes in one loop step (each costs a read, a parse, the
-#: filter, the delete, a journal record and its OOF notices: about 10 us).
-QUERY_DELETE_STEP = 1000
-
-#: Epoch second -> ``YYYYmmddTHHMMSS`` (UTC).
-_second_text: Memo[int, str] = Memo(lambda secs: time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)), 4096)
-
-
-def amps_timestamp(ns: int) -> str:
-    """AMPS's timestamp form, ``20240101T000000.000000Z`` (UTC).
-
-    Query results format one per record, and records written in the same second share the formatted
-    second (a bounded cache of them), so most calls are one dict lookup and one small format.
-    """
-    secs, rem = divmod(ns, 1_000_000_000)
-    return f"{_second_text[secs]}.{rem // 1000:06d}Z"
-
-
 class Session:
     """A client connection.
 
@@ -157,6 +126,7 @@ class Session:
         self.persisted = PersistedAcks(self, services.durability)
         self.publisher = Publisher(self, services, self.persisted, transport.max_message_depth)
         self._publish_batch = self.publisher.publish_batch  # bound once: called per read
+        self.queries = QueryCommands(self, services)
 
     # -- outbound ------------------------------------------------------------------------------------
     def emit(self, frame: bytes | LargeBody, *, messages: int = 0, now: bool = False) -> None:
@@ -213,6 +183,22 @@ class Session:
         self._held_bytes += len(frame)
         if self._held_bytes + self.outbound.size > self.outbound.limit:
             self.offline(held=self._held_bytes)
+
+    def hold_live(self) -> None:
+        """Hold live messages back (:meth:`emit` without ``now``) until :meth:`release_live`: a query streams its
+        results first. Holds nest."""
+        if self._held is None:
+            self._held = []
+        self._hold_depth += 1
+
+    def release_live(self) -> None:
+        """End a hold; once every hold ended, send what was held, in order."""
+        self._hold_depth -= 1
+        if self._hold_depth == 0:
+            held, self._held = self._held, None
+            self._held_bytes = 0
+            for frame in held or ():
+                self.emit(frame, now=True)
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (ends with the connection)."""
@@ -794,140 +780,10 @@ class Session:
         self.ack(header, acks, "processed")
 
     async def _sow(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        command = header.get("command") or "sow"
-        check_command(command, header)
-        subscribe = command in ("sow_and_subscribe", "sow_and_delta_subscribe")
-        delta = command == "sow_and_delta_subscribe"
-        query_id = header.get("query_id") or header.get("cmd_id") or header.get("sub_id")
-        historical = historical_topics(self.services, header) if subscribe else None
-        has_sow = self.engine.has_sow(header.get("topic") or "")
-        if not has_sow and not subscribe:
-            raise CommandError("invalid topic", f"topic {header.get('topic')!r} has no SOW")
-        # Plan the query and register the subscription in one engine step: atomic (a replace plans
-        # only the difference; a paginated subscription, its window).
-        start = start_sow(self.engine, self, header, subscribe=subscribe, delta=delta)
-        plan, batch_size, sub = start.plan, start.batch_size, start.sub
-        begin_replay = cancel_replay = None
-        if historical is not None and sub is not None:  # the same engine step: hold live, fix the cut-over
-            begin_replay, cancel_replay = prepare_historical_replay(self.services, self, header, acks, sub, historical)
-        self._held = self._held if self._held is not None else []
-        self._hold_depth += 1
-        start.send_oofs(self, self.engine.counters.oof)  # held: after the results, before later live messages
-        returned = 0
-        try:
-            prepare = getattr(plan, "prepare", None)
-            if prepare is not None:  # an aggregated query: folded in a worker thread before any reply
-                await trio.to_thread.run_sync(prepare)
-            extras = {"query_id": query_id}
-            if sub is not None:
-                extras["sub_id"] = sub.sub_id
-            self.ack(header, acks, "processed", now=True, **extras)
-            self.emit(encode_frame({"c": "group_begin", "cid": header.get("cmd_id"), "query_id": query_id}), now=True)
-            outer = {"cid": header.get("cmd_id"), "t": header.get("topic"), "query_id": query_id}
-            watermark = min(QUERY_WATERMARK, self.outbound.limit // 2)
-            if isinstance(plan, QueryPlan):
-                # Scanned, sorted and encoded in a worker thread; the loop only queues the frames. This
-                # client's live messages stay held until group_end; its later commands wait for this one.
-                await stream_query(self, plan, outer, batch_size, watermark)
-                returned = plan.returned
-            else:
-                returned = await self._sow_on_loop(plan, outer, batch_size, watermark)
-            self.emit(encode_frame({"c": "group_end", "cid": header.get("cmd_id"), "query_id": query_id}), now=True)
-            if begin_replay is not None:
-                begin_replay()
-                begin_replay = cancel_replay = None
-            if not subscribe:
-                self.ack(header, acks, "completed", now=True, query_id=query_id,
-                         records_returned=returned, topic_matches=plan.matched)
-            self.ack(header, acks, "stats", now=True, query_id=query_id,
-                     records_returned=returned, topic_matches=plan.matched)
-        finally:
-            plan.close()
-            if cancel_replay is not None:
-                cancel_replay()
-            self._hold_depth -= 1
-            if self._hold_depth == 0:
-                held, self._held = self._held, None
-                self._held_bytes = 0
-                for frame in held or ():
-                    self.emit(frame, now=True)
-
-    async def _sow_on_loop(self, plan: Any, outer: dict[str, Any], batch_size: int, watermark: int) -> int:
-        """Stream a query whose records are tested against loop state (a replacing subscription's difference)
-        or already in memory (an aggregated query) on the event loop, in slices of QUERY_SLICE_SECONDS: between
-        them other clients run (the scan and sort pause every few hundred records, see QueryPlan.steps).
-        Returns the records sent."""
-        outer = {"c": "sow", **outer}
-        batch: list[tuple[str, str, str, str, str, bytes]] = []
-        returned = 0
-        steps = plan.steps() if hasattr(plan, "steps") else plan.records()
-        # BatchSize is the most records a frame may carry (any count up to it works with the official
-        # client): frames of at most QUERY_FRAME_RECORDS keep one frame's encoding to about a millisecond.
-        batch_size = min(batch_size, QUERY_FRAME_RECORDS)
-        slice_end = perf_counter() + QUERY_SLICE_SECONDS
-        for item in steps:
-            if item is not None:
-                topic, rec, _msg = item
-                batch.append((topic.name, rec.key, rec.bookmark, amps_timestamp(rec.timestamp_ns),
-                              rec.correlation_id, rec.data))
-                returned += 1
-                if len(batch) >= batch_size:
-                    # BatchSize in the outer header: the records in this frame (seed 002, table 7.2).
-                    self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
-                    batch = []
-                    if self.outbound.size > watermark:
-                        await self.outbound.wait_below(watermark // 2)
-                        slice_end = perf_counter() + QUERY_SLICE_SECONDS
-            if perf_counter() >= slice_end:
-                await trio.sleep(0)
-                slice_end = perf_counter() + QUERY_SLICE_SECONDS
-        if batch:
-            self.emit(encode_sow_records({**outer, "batch_size": len(batch)}, batch), now=True)
-        return returned
+        await self.queries.sow(header, body, acks)
 
     async def _sow_delete(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
-        check_command("sow_delete", header)
-        if header.get("bookmark"):
-            # A queue acknowledgement (Client.ack, which asks for no ack): queues are not supported.
-            reason = ("header field bookmark is not supported by sow_delete: it acknowledges queue messages, and "
-                      "message queues are not supported; delete by filter, sow_keys or data")
-            raise CommandError(reason, reason)
-        journal = self.durability.journal
-        logged = journal is not None and self.durability.is_logged(header.get("topic") or "")
-        if logged and self.durability.disk_full:
-            raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(journal))
-        before = journal.last_sequence if logged and journal is not None else 0
-        if not header.get("sow_keys") and not body:
-            matches, deleted = await self._delete_by_filter(header, logged)
-        else:
-            matches, deleted = self.engine.sow_delete(self, header, body)
-        self.ack(header, acks, "processed")
-        self.ack(header, acks, "stats", matches=matches, records_deleted=deleted, topic_matches=matches)
-        if "persisted" in acks:
-            # Journaled deletes are acknowledged as persisted once their records are durable.
-            after = journal.last_sequence if logged and journal is not None else 0
-            self.persisted.ack_command(after if after > before else 0, header, acks)
-
-    async def _delete_by_filter(self, header: Mapping[str, Any], logged: bool) -> tuple[int, int]:
-        """A ``sow_delete`` by filter: the scan over a snapshot in a query thread (other clients run meanwhile;
-        this client's later commands wait), then the records that still match deleted on the loop, in steps of
-        QUERY_DELETE_STEP keys (each step checks and deletes atomically). Returns (matches, records deleted)."""
-        topic, text = header.get("topic") or "", header.get("filter")
-        # A generator (closed below); the engine declares an Iterator.
-        candidates = cast("Generator[str | None, None, None]", self.engine.delete_candidates(topic, text))
-        try:
-            keys = await run_stoppable(partial(collect_keys, candidates))
-        finally:
-            candidates.close()  # on the loop: releases the snapshot if the scan stopped early
-        matches = deleted = 0
-        for start in range(0, len(keys), QUERY_DELETE_STEP):
-            if logged and self.durability.disk_full:  # it may have filled while the scan ran
-                raise CommandError(JOURNAL_FULL_REASON, journal_full_detail(self.durability.journal))
-            m, d = self.engine.delete_still_matching(topic, text, keys[start:start + QUERY_DELETE_STEP])
-            matches, deleted = matches + m, deleted + d
-            if start + QUERY_DELETE_STEP < len(keys):
-                await trio.sleep(0)  # other clients run between the steps
-        return matches, deleted
+        await self.queries.sow_delete(header, body, acks)
 
     def _heartbeat(self, header: Mapping[str, Any], body: bytes, acks: frozenset[str]) -> None:
         options = str(header.get("options") or "")

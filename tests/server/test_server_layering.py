@@ -23,7 +23,7 @@ SERVER_LAYERS: list[set[str]] = [
     # 3. what a connection is handed
     {"services"},
     # 4. connections
-    {"querystream", "publish_batch", "replay", "websocket", "session"},
+    {"querystream", "publish_batch", "replay", "websocket", "session_queries", "session"},
     # 5. listeners
     {"transport"},
     # 6. the kernel: builds and runs everything

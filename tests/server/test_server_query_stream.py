@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from broker.protocol import decode_frame, decode_sow_batch, encode_sow_batch, encode_sow_parts
 from broker.server.querystream import result_frames
-from broker.server.session import amps_timestamp
+from broker.server.session_queries import amps_timestamp
 from broker.sow import record as record_module
 from broker.sow.record import SowRecord, WireRecords
 

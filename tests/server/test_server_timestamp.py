@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.server.session import amps_timestamp
+from broker.server.session_queries import amps_timestamp
 
 
 def reference(ns: int) -> str:
