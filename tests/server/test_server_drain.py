@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import signal
 import socket
 import threading
@@ -216,3 +218,27 @@ async def test_two_brokers_in_one_process_share_nothing(tmp_path: Path) -> None:
         assert one.clients.named("same-name") is not two.clients.named("same-name")
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_client_that_does_not_read_is_closed_at_the_deadline(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with open_broker(_config(tmp_path, "deadline"), shutdown_timeout=1.0) as broker:
+        stalled, _ = await _logged_on(broker, "stalled")
+        await stalled.send_all(encode_frame({"c": "subscribe", "cid": "s", "sub_id": "s", "t": "orders"}))
+        publisher, publisher_conn = await _logged_on(broker, "publisher")
+        body = json.dumps({"id": 1, "v": "x" * 60_000}).encode()
+        for _ in range(200):  # 12 MB the subscriber never reads
+            await publisher.send_all(encode_frame({"c": "p", "t": "orders"}, body))
+        await publisher.send_all(encode_frame({"c": "flush", "cid": "f", "a": "processed"}))
+        await _frames(publisher, publisher_conn, "f")
+        consumer = broker.clients.named("stalled")
+        assert consumer is not None and consumer.outbound.held > 1_000_000
+        stopping = trio.current_time()
+    took = trio.current_time() - stopping
+    # The publisher drained at once; the subscriber held the drain until the deadline, then was cut off.
+    assert 1.0 <= took < 4.0, took
+    assert "1 client(s) still open at the shutdown deadline of 1s" in caplog.text
+    assert re.search(r"client-\d+ publisher \(127\.0\.0\.1:\d+\) disconnected: the broker is shutting down", caplog.text)
+    await stalled.aclose()
+    await publisher.aclose()
