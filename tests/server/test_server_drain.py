@@ -24,8 +24,9 @@ import trio
 
 from broker.config import load_config
 from broker.config.model import TransactionLogConfig
+from broker.errors import JournalError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
-from broker.server.kernel import Broker, open_broker
+from broker.server.kernel import Broker, build_broker, open_broker
 from broker.testing.process import BrokerProcess, config_xml
 from broker.testing.wsclient import WsClient, WsClosed
 from broker.txlog import Command, JournalWriter, ReplayStart
@@ -242,3 +243,19 @@ async def test_a_client_that_does_not_read_is_closed_at_the_deadline(tmp_path: P
     assert re.search(r"client-\d+ publisher \(127\.0\.0\.1:\d+\) disconnected: the broker is shutting down", caplog.text)
     await stalled.aclose()
     await publisher.aclose()
+
+
+def test_constructing_a_broker_touches_no_file(tmp_path: Path) -> None:
+    config = _config(tmp_path, "quiet")
+    before = sorted(tmp_path.rglob("*"))
+    first, second = Broker(config), Broker(config)  # no journal lock taken, no store opened
+    assert sorted(tmp_path.rglob("*")) == before
+    first.open()  # now the journal directory is created and locked
+    try:
+        assert (tmp_path / "quiet" / "journal").is_dir()
+        with pytest.raises(JournalError, match="another broker"):
+            second.open()
+    finally:
+        trio.run(first.aclose)
+    again = build_broker(config)  # aclose released the lock
+    trio.run(again.aclose)
