@@ -194,8 +194,7 @@ class PluginManager:
         ):
             hook = getattr(self._pm.hook, hook_name)
             for impl in hook.get_hookimpls():  # registration order
-                registry._plugin = impl.plugin_name
-                registry._source = self._sources.get(impl.plugin_name, "")
+                registry.registering_for(impl.plugin_name, self._sources.get(impl.plugin_name, ""))
                 try:
                     impl.function(registry)
                 except PluginError:

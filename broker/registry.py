@@ -50,6 +50,12 @@ class Registry:
         self._plugin = "<unknown>"
         self._source = ""
 
+    def registering_for(self, plugin: str, source: str) -> None:
+        """Credit what :meth:`add` registers next to ``plugin`` (loaded from ``source``): the plugin manager
+        calls this before each plugin's hook, so a duplicate name's error names both plugins."""
+        self._plugin = plugin
+        self._source = source
+
     def _norm(self, name: str) -> str:
         return name.upper() if self._case_insensitive else name
 
