@@ -225,8 +225,11 @@ def _free_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f}"
+def _mb(n: int, *, round_up: bool = False) -> str:
+    """``n`` bytes in MB to 0.1 (down; up with ``round_up``: a space needed is never printed below what is free
+    when it is more)."""
+    tenths = -(-n // 100_000) if round_up else n // 100_000
+    return f"{tenths / 10:.1f}"
 
 
 def _positive_size(value: str) -> int:
@@ -420,13 +423,13 @@ class LevelDBStorage(Storage):
         with contextlib.suppress(FileNotFoundError):
             reserve.unlink()
             log.warning("SOW storage %s (topic %s): %s MB free, %s MB needed to replay LevelDB's log; the open-space "
-                        "reserve was freed for it", self.path, self.spec.topic, _mb(free), _mb(need))
+                        "reserve was freed for it", self.path, self.spec.topic, _mb(free), _mb(need, round_up=True))
             with contextlib.suppress(OSError):
                 free = _free_bytes(self.path)
         if free >= need:
             return
         raise StorageError(
-            f"opening the SOW store of topic {self.spec.topic} needs about {_mb(need)} MB free to replay its log "
+            f"opening the SOW store of topic {self.spec.topic} needs about {_mb(need, round_up=True)} MB free to replay its log "
             f"(LevelDB writes its {_mb(logs)} MB log into a table before it opens); {_mb(free)} MB are free on "
             f"{_mount_of(self.path)}: free space there, or move the topic's FileName ({self.path}) to a disk with "
             "room. Nothing was lost: the log is kept until it has been replayed."
@@ -451,7 +454,7 @@ class LevelDBStorage(Storage):
         except OSError:
             return None
         need = tables + logs + REOPEN_MARGIN
-        return (f"the SOW store of topic {self.spec.topic} needs about {_mb(need)} MB free to write (LevelDB "
+        return (f"the SOW store of topic {self.spec.topic} needs about {_mb(need, round_up=True)} MB free to write (LevelDB "
                 f"compacts its {_mb(tables)} MB of tables at the open, writing the new ones before it deletes the "
                 f"old, and its log holds {_mb(logs)} MB); {_mb(free)} MB are free on {_mount_of(self.path)}: free "
                 f"space there, or move the topic's FileName ({self.path}) to a disk with room")
