@@ -7,6 +7,8 @@ the same time twice: quiet, then while an attacker repeats one attack on a raw s
 their ratio. Rows:
 
 * ``publish-50mb``: a logged-on client publishes one 50 MB message (a subscriber takes it), again and again.
+* ``publish-50mb-filtered``: the same, to a topic whose subscriber has a content filter the message matches.
+* ``publish-50mb-sow``: the same, to a SOW topic (key ``/id``) with a subscriber.
 * ``logon-60mb``: a new connection sends, before any logon, a logon frame whose user_id is 60 MB.
 * ``ws-fragments``: a logged-on WebSocket client sends a message of 200,000 one-byte frames (1.4 MB).
 * ``admin-flood``: 1,000 concurrent HTTP requests to the Admin port, half ``/amps.json``, half ``/metrics``
@@ -76,7 +78,7 @@ class Row:
         return self.attacked_p99 / self.quiet_p99 if self.quiet else float("nan")
 
     def line(self) -> str:
-        return (f"{self.name:<14} quiet p99 {self.quiet_p99 * 1e3:7.2f} ms ({len(self.quiet)} trips)  "
+        return (f"{self.name:<21} quiet p99 {self.quiet_p99 * 1e3:7.2f} ms ({len(self.quiet)} trips)  "
                 f"attacked p99 {self.attacked_p99 * 1e3:7.2f} ms max {self.attacked_max * 1e3:7.2f} ms "
                 f"({len(self.attacked)} trips, {self.attacks} attacks)  ratio {self.ratio:6.2f}x"
                 + (f"  [{', '.join(f'{k}: {v}' for k, v in sorted(self.outcomes.items()))}]" if self.outcomes else ""))
@@ -107,14 +109,15 @@ def _logged_on(port: int, name: str) -> tuple[socket.socket, Connection]:
     return sock, conn
 
 
-def big_publish(size: int) -> Attack:
-    """A logged-on client publishes one ``size``-byte message (a JSON string) and waits for its processed ack."""
-    body = b'{"x":"' + b"a" * (size - 8) + b'"}'
+def big_publish(size: int, topic: str = "attack-big") -> Attack:
+    """A logged-on client publishes one ``size``-byte message (a JSON string) to ``topic`` and waits for its
+    processed ack."""
+    body = b'{"id":1,"x":"' + b"a" * (size - 15) + b'"}'
 
     def attack(port: int, ws_port: int) -> None:
         sock, conn = _logged_on(port, f"attack-big-{time.monotonic_ns()}")
         try:
-            sock.sendall(encode_frame({"c": "p", "t": "attack-big", "cid": "big", "a": "processed"}, body))
+            sock.sendall(encode_frame({"c": "p", "t": topic, "cid": "big", "a": "processed"}, body))
             while (header := _read_header(sock, conn)) is not None and header.get("cmd_id") != "big":
                 pass
         finally:
@@ -404,6 +407,8 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
 
     attacks: dict[str, Attack] = {
         "publish-50mb": big_publish(8_000_000 if quick else 50_000_000),
+        "publish-50mb-filtered": big_publish(8_000_000 if quick else 50_000_000, "attack-filtered"),
+        "publish-50mb-sow": big_publish(8_000_000 if quick else 50_000_000, "attack-sow"),
         "logon-60mb": big_logon(8_000_000 if quick else 60_000_000),
         "ws-fragments": ws_fragments(50_000 if quick else 200_000),
     }
@@ -416,7 +421,10 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
     })
     out: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc = BrokerProcess.from_xml(Path(tmp), websocket=True, extra=_secured(Path(tmp), targets)).start()
+        sow = ("<Topic><Name>attack-sow</Name><MessageType>json</MessageType><Key>/id</Key>"
+               "<FileName>./sow/%n.sow</FileName></Topic>")
+        proc = BrokerProcess.from_xml(Path(tmp), websocket=True, sow=sow,
+                                      extra=_secured(Path(tmp), targets)).start()
         try:
             wait_for_port(targets.admin_port, 30, proc.proc)
             import AMPS
@@ -425,6 +433,8 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
             taker.connect(proc.uri)
             taker.logon(10000)
             taker.subscribe(lambda message: None, "attack-big", timeout=10000)
+            taker.subscribe(lambda message: None, "attack-filtered", "/id = 1", timeout=10000)
+            taker.subscribe(lambda message: None, "attack-sow", timeout=10000)
             ports = (proc.port, proc.websocket_port or 0)
             for name, attack in attacks.items():
                 if rows and name not in rows:
