@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from broker.protocol import DeliveryTemplate
+from broker.protocol._frames import LargeFrame
 
 if TYPE_CHECKING:
     from broker.messagetypes import MessageType
-    from broker.protocol._frames import LargeFrame
     from broker.security import Grants
 
 
@@ -92,7 +92,7 @@ class Delivery:
         if template is None or key != self._key:
             template = self._template = _template(key)
             self._key = key
-        client.emit(template.frame(sids), messages=1)
+        client.emit(template.framed(sids), messages=1)
 
 
 def deliver(client: Client, topic: str, sids: str, body: bytes, bm: str | None, k: str | None,
@@ -100,10 +100,16 @@ def deliver(client: Client, topic: str, sids: str, body: bytes, bm: str | None, 
     """:meth:`Delivery.deliver` without keeping the encoded header: for a message that goes to one client."""
     if command == "oof" and client.grants is not None and body:
         body, reason = client.oof_entitled(topic, body, reason)
-    client.emit(_template((body, topic, command, bm, k, x, reason)).frame(sids), messages=1)
+    client.emit(_template((body, topic, command, bm, k, x, reason)).framed(sids), messages=1)
 
 
 def deliver_templates(client: Client, deliveries: list[tuple[DeliveryTemplate, str]]) -> None:
     """Deliver each ``(message, sids)`` whole, in order, queued in one step (the messages of a run that reached
     ``client`` through per-message decisions: filters)."""
-    client.emit(b"".join([template.frame(sids) for template, sids in deliveries]), messages=len(deliveries))
+    frames = [template.framed(sids) for template, sids in deliveries]
+    if LargeFrame not in map(type, frames):
+        client.emit(b"".join(frames), messages=len(deliveries))  # type: ignore[arg-type]  # all bytes
+        return
+    # A large body stays as it is (a LargeFrame's part): never copied on the event loop.
+    parts = [part for frame in frames for part in (frame.parts if isinstance(frame, LargeFrame) else (frame,))]
+    client.emit(LargeFrame(parts), messages=len(deliveries))

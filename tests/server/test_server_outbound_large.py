@@ -145,3 +145,40 @@ async def test_a_large_bytes_frame_left_by_a_partial_write_is_not_copied() -> No
 def test_the_threshold_is_the_body_size(size: int) -> None:
     frame = DeliveryBatch("t", [(b"y" * size, None, None, None)]).frames("a")
     assert isinstance(frame, LargeFrame) is (size >= LARGE_BODY)
+
+
+class _Emitted:
+    """A client that keeps what the engine emits to it, as emitted (no copy, no decoding)."""
+
+    name = publisher_key = "emitted"
+    name_hash = 0
+    grants = None
+
+    def __init__(self) -> None:
+        self.frames: list[bytes | LargeFrame] = []
+
+    def emit(self, frame: bytes | LargeFrame, *, messages: int = 0, now: bool = False) -> None:
+        self.frames.append(frame)
+
+
+def test_filtered_deliveries_of_a_large_body_keep_the_body_as_it_is() -> None:
+    # The per-message path (content filters: deliver_templates) and the one-client path (Delivery.deliver)
+    # frame a large body as parts holding the body itself, with the bytes DeliveryTemplate.frame gives.
+    from broker.engine.delivery import Delivery, deliver_templates
+    from broker.protocol import DeliveryTemplate
+
+    small = DeliveryTemplate("p", "big-topic", b'{"small":1}', k="k1")
+    large = DeliveryTemplate("p", "big-topic", BODY, bm="1|2|", x="c")
+    client = _Emitted()
+    _, peak = _peak_during(lambda: deliver_templates(client, [(small, "s1"), (large, "s1,s2"), (small, "s2")]))
+    frame = client.frames[0]
+    assert isinstance(frame, LargeFrame)
+    assert peak < 1 << 20, f"a filtered delivery of a 50 MB body allocated {peak} bytes (a copy of the body)"
+    assert any(part is BODY for part in frame.parts)
+    assert bytes(frame) == small.frame("s1") + large.frame("s1,s2") + small.frame("s2")
+    Delivery().deliver(client, "big-topic", "s3", BODY, None, None, None)
+    one = client.frames[1]
+    assert isinstance(one, LargeFrame) and one.parts[-1] is BODY
+    assert decode_frame(bytes(one)).body == BODY
+    deliver_templates(client, [(small, "s1"), (small, "s2")])  # small ones: one joined bytes object, as before
+    assert client.frames[2] == small.frame("s1") + small.frame("s2")
