@@ -9,6 +9,7 @@ their ratio. Rows:
 * ``publish-50mb``: a logged-on client publishes one 50 MB message (a subscriber takes it), again and again.
 * ``publish-50mb-filtered``: the same, to a topic whose subscriber has a content filter the message matches.
 * ``publish-50mb-sow``: the same, to a SOW topic (key ``/id``) with a subscriber.
+* ``publish-50mb-ws``: the same, to a topic whose subscriber is on the WebSocket transport.
 * ``logon-60mb``: a new connection sends, before any logon, a logon frame whose user_id is 60 MB.
 * ``ws-fragments``: a logged-on WebSocket client sends a message of 200,000 one-byte frames (1.4 MB).
 * ``admin-flood``: 1,000 concurrent HTTP requests to the Admin port, half ``/amps.json``, half ``/metrics``
@@ -327,6 +328,28 @@ def tls_handshakes(targets: Targets, threads: int, tries: int) -> Attack:
     return attack
 
 
+def _ws_subscriber(ws_port: int, topic: str) -> socket.socket:
+    """A WebSocket client subscribed to ``topic`` whose socket a thread drains without decoding (no Python work
+    per byte in this process, next to the bystander); closing the socket ends the thread."""
+    from broker.testing.wsclient import WsClient
+
+    ws = WsClient.connect(ws_port, f"bench-attacks-ws-subscriber-{time.monotonic_ns()}", timeout=60)
+    ws.command({"c": "subscribe", "cid": "s", "t": topic, "sub_id": "ws", "a": "processed"})
+    assert ws.next_message(10)[0].get("status") == "success"
+    sock = ws.sock
+    sock.settimeout(None)
+
+    def drain() -> None:
+        buffer = bytearray(1 << 20)
+        try:
+            while sock.recv_into(buffer):
+                pass
+        except OSError:
+            pass
+    threading.Thread(target=drain, daemon=True).start()
+    return sock
+
+
 # -- the bystander ---------------------------------------------------------------------------------------------
 def _round_trips(uri: str, seconds: float, attack: Attack | None, ports: tuple[int, int]) -> tuple[list[float], int]:
     """A bystander's round trips (publish, delivery back to it) for ``seconds`` while ``attack`` (when given) repeats in a thread."""
@@ -409,6 +432,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
         "publish-50mb": big_publish(8_000_000 if quick else 50_000_000),
         "publish-50mb-filtered": big_publish(8_000_000 if quick else 50_000_000, "attack-filtered"),
         "publish-50mb-sow": big_publish(8_000_000 if quick else 50_000_000, "attack-sow"),
+        "publish-50mb-ws": big_publish(8_000_000 if quick else 50_000_000, "attack-ws"),
         "logon-60mb": big_logon(8_000_000 if quick else 60_000_000),
         "ws-fragments": ws_fragments(50_000 if quick else 200_000),
     }
@@ -435,6 +459,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
             taker.subscribe(lambda message: None, "attack-big", timeout=10000)
             taker.subscribe(lambda message: None, "attack-filtered", "/id = 1", timeout=10000)
             taker.subscribe(lambda message: None, "attack-sow", timeout=10000)
+            ws_taker = _ws_subscriber(proc.websocket_port or 0, "attack-ws")
             ports = (proc.port, proc.websocket_port or 0)
             for name, attack in attacks.items():
                 if rows and name not in rows:
@@ -444,6 +469,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
                 attacked, count = _round_trips(proc.uri, seconds, attack, ports)
                 out.append(Row(name, quiet, attacked, count, dict(targets.outcomes)))
             taker.close()
+            ws_taker.close()
         finally:
             proc.stop()
     return out
