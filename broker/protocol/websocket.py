@@ -25,6 +25,7 @@ Limits: a message or a command (all its parts) larger than ``max_message_size``,
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import re
 import struct
@@ -48,6 +49,7 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
 from broker import speedups
 from broker.errors import RemoteProtocolError
+from broker.protocol._frames import LARGE_BODY
 from broker.protocol._header import decode_header
 
 __all__ = ["WebSocketAmps", "encode_ws_frame", "message_type_of_path"]
@@ -82,10 +84,25 @@ def message_type_of_path(target: str) -> str | None:
 
 def encode_ws_frame(payload: bytes, text: bool) -> bytes:
     """One unfragmented, unmasked server-to-client WebSocket frame (RFC 6455 §5.2)."""
-    n = len(payload)
+    return _ws_head(len(payload), text) + payload
+
+
+def _ws_head(n: int, text: bool) -> bytes:
+    """The header of a server-to-client WebSocket frame whose payload is ``n`` bytes."""
     first = 0x81 if text else 0x82
-    head = _HEAD7(first, n) if n < 126 else _HEAD16(first, 126, n) if n < 65536 else _HEAD64(first, 127, n)
-    return head + payload
+    return _HEAD7(first, n) if n < 126 else _HEAD16(first, 126, n) if n < 65536 else _HEAD64(first, 127, n)
+
+
+def _is_utf8(data: memoryview) -> bool:
+    """Whether ``data`` is UTF-8, decoded a slice at a time (never a whole large body as one ``str``)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, len(data), LARGE_BODY):
+            decoder.decode(data[start:start + LARGE_BODY])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class WebSocketAmps:
@@ -343,6 +360,40 @@ class WebSocketAmps:
         if pos < total:
             self._pending = frames[pos:]
         return b"".join(out)
+
+    def encode_large(self, frames: bytes) -> list[bytes | memoryview]:
+        """:meth:`encode`, the same bytes as parts, for a large write: the data of a ``p``, ``publish`` or ``oof``
+        frame of LARGE_BODY bytes or more goes out as a memoryview of ``frames`` after its WebSocket header (not
+        copied on the event loop, issue 34); the frames between go through :meth:`encode`."""
+        if self._pending:
+            frames = self._pending + frames
+            self._pending = b""
+        view = memoryview(frames)
+        text = self.text_data is not False
+        ascii_: bool | None = None  # frames.isascii(), when a large body needs it: then it is UTF-8 too
+        out: list[bytes | memoryview] = []
+        pos = done = 0
+        total = len(frames)
+        while pos + 4 <= total:
+            (size,) = _LEN.unpack_from(frames, pos)
+            start, end = pos + 4, pos + 4 + size
+            if end > total:
+                break
+            if size >= LARGE_BODY:
+                cut = _header_end(frames, start, end)
+                header = frames[start:cut]
+                if cut < end and _command(header) in _DATA_COMMANDS and _command(header) != b"sow":
+                    if done < pos:
+                        out.append(self.encode(frames[done:pos]))
+                    if text and ascii_ is None:
+                        ascii_ = frames.isascii()
+                    utf8 = text and (ascii_ or _is_utf8(view[cut:end]))
+                    out += [encode_ws_frame(_s_not_last(header), True), _ws_head(end - cut, utf8), view[cut:end]]
+                    done = end
+            pos = end
+        if done < total:
+            out.append(self.encode(frames[done:]))  # a trailing part of a frame is kept by encode
+        return [part for part in out if part]
 
     def _encode_frame(self, buf: bytes, start: int, end: int, text: bool, out: list[bytes]) -> None:
         cut = _header_end(buf, start, end)

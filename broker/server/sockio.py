@@ -224,7 +224,7 @@ class SocketInput:
         self.gathered += on
 
 
-async def write_all(fd: int, data: bytes) -> None:
+async def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write all of ``data``, waiting whenever the socket's send buffer is full.
 
     Raises:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.errors import BrokerError, RemoteProtocolError
+from broker.protocol._frames import LARGE_BODY
 from broker.protocol.websocket import WebSocketAmps
 from broker.server.sockio import TurnBudget, read_some, socket_fd, write_all
 
@@ -95,6 +96,10 @@ class WebSocketStream(trio.abc.Stream):
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if len(data) >= LARGE_BODY:  # a large body is written as it is, never copied whole (issue 34)
+            for part in self.ws.encode_large(bytes(data)):
+                await self._write(part)
+            return
         await self._write(self.ws.encode(bytes(data)))
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -193,7 +198,7 @@ class WebSocketStream(trio.abc.Stream):
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._eof = True
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes | memoryview) -> None:
         if not data:
             return
         async with self._send_lock:

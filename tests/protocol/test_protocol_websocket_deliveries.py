@@ -65,3 +65,39 @@ def test_deliveries_become_a_header_message_and_a_data_message(bodies: list[byte
             assert isinstance(payload, TextMessage) and payload.data.encode() == body
         except UnicodeDecodeError:
             assert isinstance(payload, BytesMessage) and bytes(payload.data) == body
+
+
+@pytest.mark.parametrize("text", [True, False])
+def test_a_large_write_is_the_same_bytes_with_each_large_body_not_copied(text: bool) -> None:
+    # Issue 34: encode_large (the WebSocket stream's way for a write of LARGE_BODY bytes or more) gives what
+    # encode gives, as parts: each large body of a delivery is a view of the frames, its own bytes not copied.
+    import tracemalloc
+
+    from broker.protocol._frames import LARGE_BODY
+
+    big = b'{"x":"' + b"a" * (8 * LARGE_BODY) + b'"}'
+    not_utf8 = b'{"x":"\xff' + b"b" * LARGE_BODY + b'"}'  # goes out as a binary message, as encode sends it
+    small = DeliveryTemplate("p", "t", b'{"small":1}').frame("1")
+    frames = b"".join([small, DeliveryTemplate("p", "t", big, bm="1|2|").frame("1,2"), encode_ack("processed", "c1"),
+                       DeliveryTemplate("oof", "t", not_utf8, reason="match").frame("3"), small])
+    cut = len(frames) - 5  # a trailing partial frame is kept for the next write, as encode keeps it
+    amps, reference = ws.WebSocketAmps(1 << 20), ws.WebSocketAmps(1 << 20)
+    amps.text_data = reference.text_data = text
+    head = frames[:cut]
+    tracemalloc.start()
+    try:
+        parts = amps.encode_large(head)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * LARGE_BODY, f"encoding {len(frames)} bytes allocated {peak} bytes at once (a copy)"
+    assert any(isinstance(part, memoryview) and len(part) == len(big) for part in parts)
+    wire = b"".join(parts) + amps.encode(frames[cut:])
+    assert wire == reference.encode(head) + reference.encode(frames[cut:])
+    client = Connection(ConnectionType.CLIENT)
+    client.receive_data(wire)
+    messages = [event for event in client.events() if isinstance(event, Message)]
+    large = [event for event in messages if len(event.data) >= LARGE_BODY]
+    assert [event.data if isinstance(event.data, bytes) else event.data.encode() for event in large] == [
+        big, not_utf8]
+    assert isinstance(large[0], TextMessage) is text and isinstance(large[1], BytesMessage)
