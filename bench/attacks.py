@@ -10,6 +10,8 @@ their ratio. Rows:
 * ``publish-50mb-filtered``: the same, to a topic whose subscriber has a content filter the message matches.
 * ``publish-50mb-sow``: the same, to a SOW topic (key ``/id``) with a subscriber.
 * ``publish-50mb-ws``: the same, to a topic whose subscriber is on the WebSocket transport.
+* ``replay-50mb``: a logged-on client replays, from the journal (a bookmark subscription from EPOCH), a topic
+  holding one 50 MB message (published once, before the first replay), again and again.
 * ``logon-60mb``: a new connection sends, before any logon, a logon frame whose user_id is 60 MB.
 * ``ws-fragments``: a logged-on WebSocket client sends a message of 200,000 one-byte frames (1.4 MB).
 * ``admin-flood``: 1,000 concurrent HTTP requests to the Admin port, half ``/amps.json``, half ``/metrics``
@@ -121,6 +123,29 @@ def big_publish(size: int, topic: str = "attack-big") -> Attack:
             sock.sendall(encode_frame({"c": "p", "t": topic, "cid": "big", "a": "processed"}, body))
             while (header := _read_header(sock, conn)) is not None and header.get("cmd_id") != "big":
                 pass
+        finally:
+            sock.close()
+    return attack
+
+
+def big_replay(size: int, topic: str = "attack-replay") -> Attack:
+    """A logged-on client replays ``topic`` from the journal (bookmark ``0``: EPOCH), where one ``size``-byte
+    message was published before the first replay, and reads until that many bytes came (not decoded here:
+    no Python work per byte in this process, next to the bystander)."""
+    publish = big_publish(size, topic)
+    published: list[bool] = []
+
+    def attack(port: int, ws_port: int) -> None:
+        if not published:
+            publish(port, ws_port)
+            published.append(True)
+        sock, _ = _logged_on(port, f"attack-replay-{time.monotonic_ns()}")
+        try:
+            sock.sendall(encode_frame({"c": "subscribe", "t": topic, "cid": "r", "sub_id": "r", "bm": "0",
+                                       "a": "processed"}))
+            buffer, got = bytearray(1 << 20), 0
+            while got < size and (n := sock.recv_into(buffer)):
+                got += n
         finally:
             sock.close()
     return attack
@@ -433,6 +458,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
         "publish-50mb-filtered": big_publish(8_000_000 if quick else 50_000_000, "attack-filtered"),
         "publish-50mb-sow": big_publish(8_000_000 if quick else 50_000_000, "attack-sow"),
         "publish-50mb-ws": big_publish(8_000_000 if quick else 50_000_000, "attack-ws"),
+        "replay-50mb": big_replay(8_000_000 if quick else 50_000_000),
         "logon-60mb": big_logon(8_000_000 if quick else 60_000_000),
         "ws-fragments": ws_fragments(50_000 if quick else 200_000),
     }
@@ -447,7 +473,9 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
     with tempfile.TemporaryDirectory() as tmp:
         sow = ("<Topic><Name>attack-sow</Name><MessageType>json</MessageType><Key>/id</Key>"
                "<FileName>./sow/%n.sow</FileName></Topic>")
-        proc = BrokerProcess.from_xml(Path(tmp), websocket=True, sow=sow,
+        journal = ("<JournalDirectory>./journal</JournalDirectory>"
+                   "<Topic><Name>attack-replay</Name><MessageType>json</MessageType></Topic>")
+        proc = BrokerProcess.from_xml(Path(tmp), websocket=True, sow=sow, transaction_log=journal,
                                       extra=_secured(Path(tmp), targets)).start()
         try:
             wait_for_port(targets.admin_port, 30, proc.proc)
