@@ -10,6 +10,7 @@ their ratio. Rows:
 * ``publish-50mb-filtered``: the same, to a topic whose subscriber has a content filter the message matches.
 * ``publish-50mb-sow``: the same, to a SOW topic (key ``/id``) with a subscriber.
 * ``publish-50mb-ws``: the same, to a topic whose subscriber is on the WebSocket transport.
+* ``publish-50mb-tls``: the same, to a topic whose subscriber is on the ``tcps`` (TLS) transport.
 * ``replay-50mb``: a logged-on client replays, from the journal (a bookmark subscription from EPOCH), a topic
   holding one 50 MB message (published once, before the first replay), again and again.
 * ``logon-60mb``: a new connection sends, before any logon, a logon frame whose user_id is 60 MB.
@@ -353,15 +354,8 @@ def tls_handshakes(targets: Targets, threads: int, tries: int) -> Attack:
     return attack
 
 
-def _ws_subscriber(ws_port: int, topic: str) -> socket.socket:
-    """A WebSocket client subscribed to ``topic`` whose socket a thread drains without decoding (no Python work
-    per byte in this process, next to the bystander); closing the socket ends the thread."""
-    from broker.testing.wsclient import WsClient
-
-    ws = WsClient.connect(ws_port, f"bench-attacks-ws-subscriber-{time.monotonic_ns()}", timeout=60)
-    ws.command({"c": "subscribe", "cid": "s", "t": topic, "sub_id": "ws", "a": "processed"})
-    assert ws.next_message(10)[0].get("status") == "success"
-    sock = ws.sock
+def _drained(sock: socket.socket) -> socket.socket:
+    """``sock``, read by a thread (without decoding) until it closes."""
     sock.settimeout(None)
 
     def drain() -> None:
@@ -373,6 +367,32 @@ def _ws_subscriber(ws_port: int, topic: str) -> socket.socket:
             pass
     threading.Thread(target=drain, daemon=True).start()
     return sock
+
+
+def _tls_subscriber(targets: Targets, topic: str) -> socket.socket:
+    """A client on the ``tcps`` transport subscribed to ``topic``, its socket drained (see :func:`_drained`)."""
+    context = ssl.create_default_context(cafile=targets.ca_path)
+    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", targets.tls_port), timeout=60),
+                               server_hostname="127.0.0.1")
+    conn = Connection()
+    for frame in ({"c": "logon", "cid": "L", "client_name": f"bench-attacks-tls-{time.monotonic_ns()}",
+                   "a": "processed", "mt": "json"},
+                  {"c": "subscribe", "cid": "s", "t": topic, "sub_id": "tls", "a": "processed"}):
+        sock.sendall(encode_frame(frame))
+        header = _read_header(sock, conn)
+        assert header is not None and header.get("status") == "success", header
+    return _drained(sock)
+
+
+def _ws_subscriber(ws_port: int, topic: str) -> socket.socket:
+    """A WebSocket client subscribed to ``topic`` whose socket a thread drains without decoding (no Python work
+    per byte in this process, next to the bystander); closing the socket ends the thread."""
+    from broker.testing.wsclient import WsClient
+
+    ws = WsClient.connect(ws_port, f"bench-attacks-ws-subscriber-{time.monotonic_ns()}", timeout=60)
+    ws.command({"c": "subscribe", "cid": "s", "t": topic, "sub_id": "ws", "a": "processed"})
+    assert ws.next_message(10)[0].get("status") == "success"
+    return _drained(ws.sock)
 
 
 # -- the bystander ---------------------------------------------------------------------------------------------
@@ -458,6 +478,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
         "publish-50mb-filtered": big_publish(8_000_000 if quick else 50_000_000, "attack-filtered"),
         "publish-50mb-sow": big_publish(8_000_000 if quick else 50_000_000, "attack-sow"),
         "publish-50mb-ws": big_publish(8_000_000 if quick else 50_000_000, "attack-ws"),
+        "publish-50mb-tls": big_publish(8_000_000 if quick else 50_000_000, "attack-tls"),
         "replay-50mb": big_replay(8_000_000 if quick else 50_000_000),
         "logon-60mb": big_logon(8_000_000 if quick else 60_000_000),
         "ws-fragments": ws_fragments(50_000 if quick else 200_000),
@@ -488,6 +509,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
             taker.subscribe(lambda message: None, "attack-filtered", "/id = 1", timeout=10000)
             taker.subscribe(lambda message: None, "attack-sow", timeout=10000)
             ws_taker = _ws_subscriber(proc.websocket_port or 0, "attack-ws")
+            tls_taker = _tls_subscriber(targets, "attack-tls")
             ports = (proc.port, proc.websocket_port or 0)
             for name, attack in attacks.items():
                 if rows and name not in rows:
@@ -498,6 +520,7 @@ def run(seconds: float, quick: bool, rows: list[str] | None = None) -> list[Row]
                 out.append(Row(name, quiet, attacked, count, dict(targets.outcomes)))
             taker.close()
             ws_taker.close()
+            tls_taker.close()
         finally:
             proc.stop()
     return out

@@ -12,7 +12,8 @@ from bench.attacks import main, run  # noqa: E402 - after the skip: the harness 
 def test_quick_attack_rows_measure_a_bystander_quiet_and_attacked() -> None:
     rows = run(0.3, quick=True)
     assert [row.name for row in rows] == ["publish-50mb", "publish-50mb-filtered", "publish-50mb-sow",
-                                          "publish-50mb-ws", "replay-50mb", "logon-60mb", "ws-fragments", "admin-flood",
+                                          "publish-50mb-ws", "publish-50mb-tls", "replay-50mb", "logon-60mb",
+                                          "ws-fragments", "admin-flood",
                                           "logon-flood", "admin-guess", "tls-handshakes"]
     for row in rows:
         assert row.quiet and row.attacked and row.attacks >= 1, row.line()
