@@ -289,6 +289,59 @@ def test_a_50mb_message_reaches_filtered_subscribers_intact_while_a_bystander_ro
                                   before=b'{"id":2,"x":"' + b"g" * (size - 15) + b'"}')
 
 
+def test_a_50mb_message_reaches_a_tls_subscriber_intact_while_a_bystander_round_trips(tmp_path: Path) -> None:
+    """The TLS writer: one 50 MB message to a subscriber on a ``tcps`` transport arrives intact (encrypted a
+    slice at a time, not in one 50 MB ``send_all`` on the loop, issue 34) while a TCP bystander round-trips."""
+    import ssl
+
+    from broker.testing.process import free_port
+    from broker.testing.tls import make_ca
+
+    ca = make_ca(tmp_path, "frames-tls-ca")
+    certificate, key = ca.issue("server", server=True)
+    tls_port = free_port()
+    extra = f"""<Transports><Transport><Name>secure</Name><Type>tcps</Type>
+      <InetAddr>127.0.0.1:{tls_port}</InetAddr><Protocol>amps</Protocol>
+      <Certificate>{certificate}</Certificate><PrivateKey>{key}</PrivateKey></Transport></Transports>"""
+    size = 50_000_000
+    body = b'{"x":"' + b"t" * (size - 8) + b'"}'
+    with BrokerProcess.from_xml(tmp_path, extra=extra) as broker:
+        context = ssl.create_default_context(cafile=str(ca.cert_path))
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=60),
+                                   server_hostname="127.0.0.1")
+        conn = Connection()
+
+        def next_frame() -> tuple[dict, bytes]:
+            while (event := conn.next_event()) is NEED_DATA:
+                conn.receive_data(sock.recv(1 << 20))
+            assert event is not CLOSED, "the broker closed the TLS subscriber"
+            if not hasattr(event, "header"):
+                event = event.join()  # type: ignore[attr-defined]
+            return dict(event.header.fields()), bytes(event.body)  # type: ignore[attr-defined]
+
+        sock.sendall(encode_frame({"c": "logon", "cid": "L", "client_name": "tls-taker", "a": "processed"}))
+        assert next_frame()[0].get("status") == "success"
+        sock.sendall(encode_frame({"c": "subscribe", "cid": "s", "t": "big-tls", "sub_id": "tls", "a": "processed"}))
+        assert next_frame()[0].get("status") == "success"
+        bystander = Bystander(broker.uri)
+        raw = Raw(broker.port, "big-publisher-tls")
+        try:
+            bystander.start()
+            time.sleep(0.2)
+            raw.send({"c": "p", "t": "big-tls", "cid": "big", "a": "processed"}, body)
+            assert raw.ack("big", "processed")["status"] == "success"
+            before = bystander.trips
+            header, data = next_frame()
+            during = bystander.trips - before
+            assert header.get("command") == "publish" and header.get("topic") == "big-tls", header
+            assert data == body
+            assert during >= 3, f"the bystander completed only {during} round trips while 50 MB were sent over TLS"
+        finally:
+            raw.close()
+            bystander.close()
+            sock.close()
+
+
 def _fragments(count: int) -> bytes:
     """A command (count message, then a header message of ``count`` one-byte frames: ``{`` spaces ``}``)."""
     key = b"\x01\x02\x03\x04"

@@ -9,6 +9,7 @@ allocates 50 MB at once; the parts and slices allocate next to nothing.
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -56,6 +57,28 @@ def test_small_deliveries_take_the_joined_path() -> None:
     assert type(batch.frames("a")) is bytes
 
 
+async def _queue_and_wait(out: Outbound, frame: object, nursery: trio.Nursery, done: trio.Event,
+                          *tasks: Callable[[], Awaitable[None]]) -> int:
+    """Queue ``<before>``, ``frame``, ``<after>`` on ``out``, start ``tasks`` (the reader first), wait until
+    ``done`` and the queue is written, and end the nursery; the peak of what was allocated meanwhile."""
+    tracemalloc.start()
+    try:
+        out.put(b"<before>")
+        out.put(frame)  # type: ignore[arg-type]
+        out.put(b"<after>")
+        assert out.budget.output == out.size  # the whole queue counted until it is written
+        for task in tasks:
+            nursery.start_soon(task)
+        with trio.fail_after(60):
+            await done.wait()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    await out.wait_below(0)
+    nursery.cancel_scope.cancel()
+    return peak
+
+
 async def test_a_large_frame_is_written_in_slices_while_other_tasks_run() -> None:
     batch = DeliveryBatch("big-topic", MESSAGES)
     frame = batch.frames("s1")
@@ -83,22 +106,7 @@ async def test_a_large_frame_is_written_in_slices_while_other_tasks_run() -> Non
         async with trio.open_nursery() as nursery:
             nursery.start_soon(out.write_to, trio.SocketStream(a))
             await trio.testing.wait_all_tasks_blocked()
-            tracemalloc.start()
-            try:
-                out.put(b"<before>")
-                out.put(frame)  # type: ignore[arg-type]
-                out.put(b"<after>")
-                assert budget.output == len(expected)
-                nursery.start_soon(read_all)
-                nursery.start_soon(tick)
-                with trio.fail_after(60):
-                    await done.wait()
-                _, peak = tracemalloc.get_traced_memory()
-            finally:
-                tracemalloc.stop()
-            await out.wait_below(0)
-            await trio.testing.wait_all_tasks_blocked()
-            nursery.cancel_scope.cancel()
+            peak = await _queue_and_wait(out, frame, nursery, done, read_all, tick)
     finally:
         a.close()
         b.close()
@@ -182,3 +190,49 @@ def test_filtered_deliveries_of_a_large_body_keep_the_body_as_it_is() -> None:
     assert decode_frame(bytes(one)).body == BODY
     deliver_templates(client, [(small, "s1"), (small, "s2")])  # small ones: one joined bytes object, as before
     assert client.frames[2] == small.frame("s1") + small.frame("s2")
+
+
+async def test_a_large_frame_on_tls_is_encrypted_a_slice_at_a_time(tmp_path: object) -> None:
+    """On a TLS stream (no socket to write to directly) the large frame is sent a WRITE_SLICE at a time, each
+    encrypted by its own ``send_all``: no 50 MB join and no 50 MB ``send_all`` (issue 34), the same bytes."""
+    import ssl
+    from pathlib import Path
+
+    from broker.testing.tls import make_ca
+
+    ca = make_ca(Path(str(tmp_path)), "outbound-tls-ca")
+    certificate, key = ca.issue("server", server=True)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(certificate, key)
+    client_context = ssl.create_default_context(cafile=str(ca.cert_path))
+    frame = DeliveryBatch("big-topic", MESSAGES).frames("s1")
+    expected = b"<before>" + bytes(frame) + b"<after>"
+    budget = MemoryBudget(0)
+    out = Outbound(1 << 30, budget)
+    a, b = trio.socket.socketpair()
+    server = trio.SSLStream(trio.SocketStream(a), server_context, server_side=True)
+    client = trio.SSLStream(trio.SocketStream(b), client_context, server_hostname="127.0.0.1")
+    got = bytearray(len(expected))  # allocated before the measure: only the sender's allocations count
+    done = trio.Event()
+
+    async def read_all() -> None:
+        pos = 0
+        while pos < len(expected):
+            data = await client.receive_some(1 << 20)
+            got[pos:pos + len(data)] = data
+            pos += len(data)
+        done.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.do_handshake)
+            await client.do_handshake()
+            nursery.start_soon(out.write_to, server)
+            await trio.testing.wait_all_tasks_blocked()
+            peak = await _queue_and_wait(out, frame, nursery, done, read_all)
+    finally:
+        a.close()
+        b.close()
+    assert bytes(got) == expected
+    assert peak < 8 * WRITE_SLICE, f"sending a 50 MB frame over TLS allocated {peak} bytes at once (a copy)"
+    assert budget.output == 0 and out.bytes_out == len(expected)
