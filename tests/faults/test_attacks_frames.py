@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import AMPS
@@ -289,26 +289,59 @@ def test_a_50mb_message_reaches_filtered_subscribers_intact_while_a_bystander_ro
                                   before=b'{"id":2,"x":"' + b"g" * (size - 15) + b'"}')
 
 
-def test_a_50mb_message_reaches_a_tls_subscriber_intact_while_a_bystander_round_trips(tmp_path: Path) -> None:
-    """The TLS writer: one 50 MB message to a subscriber on a ``tcps`` transport arrives intact (encrypted a
-    slice at a time, not in one 50 MB ``send_all`` on the loop, issue 34) while a TCP bystander round-trips."""
+def _tls_broker(directory: Path, protocol: str) -> tuple[BrokerProcess, Callable[[], socket.socket]]:
+    """A broker (not started) with a ``tcps`` transport of ``protocol`` (``amps``, ``websocket``), and a function
+    that opens a verified TLS connection to that transport."""
     import ssl
 
     from broker.testing.process import free_port
     from broker.testing.tls import make_ca
 
-    ca = make_ca(tmp_path, "frames-tls-ca")
+    ca = make_ca(directory, f"frames-tls-{protocol}-ca")
     certificate, key = ca.issue("server", server=True)
     tls_port = free_port()
     extra = f"""<Transports><Transport><Name>secure</Name><Type>tcps</Type>
-      <InetAddr>127.0.0.1:{tls_port}</InetAddr><Protocol>amps</Protocol>
+      <InetAddr>127.0.0.1:{tls_port}</InetAddr><Protocol>{protocol}</Protocol>
       <Certificate>{certificate}</Certificate><PrivateKey>{key}</PrivateKey></Transport></Transports>"""
+    context = ssl.create_default_context(cafile=str(ca.cert_path))
+
+    def connect() -> socket.socket:
+        return context.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=60),
+                                   server_hostname="127.0.0.1")
+    return BrokerProcess.from_xml(directory, extra=extra), connect
+
+
+def test_a_large_message_reaches_a_wss_subscriber_intact(tmp_path: Path) -> None:
+    """WebSocket over TLS (``wss``): a message larger than LARGE_BODY, written in slices (issue 34), arrives
+    whole, as one WebSocket data message after its header message."""
+    body = b'{"x":"' + b"w" * 3_000_000 + b'"}'
+    proc, connect = _tls_broker(tmp_path, "websocket")
+    with proc as broker:
+        ws = WsClient(connect())
+        ws.send_text("text")
+        ws.command({"c": "logon", "cid": "L", "client_name": "wss-taker", "a": "processed"})
+        assert ws.next_message(10)[0].get("status") == "success"
+        ws.command({"c": "subscribe", "cid": "s", "t": "big-wss", "sub_id": "wss", "a": "processed"})
+        assert ws.next_message(10)[0].get("status") == "success"
+        raw = Raw(broker.port, "big-publisher-wss")
+        try:
+            raw.send({"c": "p", "t": "big-wss", "cid": "big", "a": "processed"}, body)
+            assert raw.ack("big", "processed")["status"] == "success"
+            header, data = ws.next_message(60)
+            assert header.get("c") == "p" and header.get("t") == "big-wss" and data == body, header
+        finally:
+            raw.close()
+            ws.close()
+
+
+def test_a_50mb_message_reaches_a_tls_subscriber_intact_while_a_bystander_round_trips(tmp_path: Path) -> None:
+    """The TLS writer: one 50 MB message to a subscriber on a ``tcps`` transport arrives intact (encrypted a
+    slice at a time, not in one 50 MB ``send_all`` on the loop, issue 34) while a TCP bystander round-trips."""
     size = 50_000_000
     body = b'{"x":"' + b"t" * (size - 8) + b'"}'
-    with BrokerProcess.from_xml(tmp_path, extra=extra) as broker:
-        context = ssl.create_default_context(cafile=str(ca.cert_path))
-        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=60),
-                                   server_hostname="127.0.0.1")
+    proc, connect = _tls_broker(tmp_path, "amps")
+    with proc as broker:
+        sock = connect()
         conn = Connection()
 
         def next_frame() -> tuple[dict, bytes]:
