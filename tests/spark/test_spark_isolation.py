@@ -74,7 +74,10 @@ def test_a_timed_out_or_crashed_spark_test_fails_alone(tmp_path: Path) -> None:
     report = tmp_path / "report.xml"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-m", "spark",
-         "-o", "markers=spark: the Spark lane", "-o", "timeout=100", f"--junitxml={report}", str(inner)],
+         "-o", "markers=spark: the Spark lane", "-o", "timeout=100", f"--junitxml={report}",
+             # Python < 3.11.8 can fail ast.parse with "AST constructor recursion depth mismatch" (gh-106905)
+             # when pytest quotes the source of a timed-out job's deep stack: report tracebacks natively.
+             "--tb=native", str(inner)],
         cwd=inner, capture_output=True, timeout=300)
     output = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
     outcomes = {}
