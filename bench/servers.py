@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench.meter import Meter
+from broker.testing.process import free_port, free_ports
 
 BENCH_CONFIG = Path(__file__).parent / "configs" / "bench.xml"
 
@@ -33,13 +34,6 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:
@@ -145,15 +139,13 @@ def broker_server(workdir: Path, *, profile_to: Path | None = None, config: Path
     workdir.mkdir(parents=True, exist_ok=True)
     copy = workdir / "bench.xml"
     shutil.copyfile(config, copy)
-    port = free_port()
+    port, ws_port, secure_port = free_ports(3)
     serve = ["-m", "broker", "serve", str(copy)]
     if profile_to is not None:
         argv = [sys.executable, "-m", "pyinstrument", "-r", "pyisession",
                 "--outfile", str(profile_to), *serve]
     else:
         argv = [sys.executable, *serve]
-    ws_port = free_port()
-    secure_port = free_port()
     write_security_files(workdir)
     env = {"BENCH_PORT": str(port), "BENCH_WS_PORT": str(ws_port), "BENCH_SECURE_PORT": str(secure_port),
            "PYTHONUNBUFFERED": "1"}

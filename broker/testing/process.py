@@ -44,6 +44,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that were free a moment ago (held open together while they
+    are picked: ports picked one after another can repeat)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     """Wait until something accepts connections on ``port``.
 
@@ -121,9 +134,9 @@ class BrokerProcess:
                  ) -> BrokerProcess:
         """Write a config (see :func:`config_xml`) into ``directory`` and prepare to serve it (with a
         websocket transport too when ``websocket``)."""
-        port = free_port()
-        admin_port = free_port() if admin else None
-        websocket_port = free_port() if websocket else None
+        port, admin_free, websocket_free = free_ports(3)
+        admin_port = admin_free if admin else None
+        websocket_port = websocket_free if websocket else None
         path = Path(directory) / f"broker-{port}.xml"
         path.write_text(config_xml(port=port, admin_port=admin_port, websocket_port=websocket_port, **sections))
         return cls(path, port, admin_port, cwd=Path(directory), websocket_port=websocket_port)
