@@ -180,7 +180,9 @@ def test_a_third_party_step_from_modules_runs(make_broker, tmp_path: Path) -> No
     proc = make_broker(actions(on("startup", Name="audit") + step),
                        modules="<Module><Name>audit</Name><Library>custom_action.py</Library></Module>")
     wait_until(lambda: lines(tmp_path / "audit.log") == ["test-broker started"], what="the audit line")
-    assert "do audit-append-line: success: appended 20 bytes to audit.log (now 20 bytes)" in proc.log()
+    # The step writes the file first and logs its outcome after: wait for the line too.
+    wait_until(lambda: "do audit-append-line: success: appended 20 bytes to audit.log (now 20 bytes)" in proc.log(),
+               what="the step's log line")
 
 
 def test_a_trigger_that_cannot_start_stops_start_up_with_a_clear_error(tmp_path: Path) -> None:
