@@ -140,17 +140,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Opened before the broker serves, so an amps-action-on-signal bound to SIGHUP (whose receiver
         # opens later, inside) takes SIGHUP over while it runs, as an explicit AMPS action does.
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            # open_broker recovers in a thread while the Admin port answers; leaving it drains the clients
-            # (at most <ShutdownTimeout>), then closes the journal and the stores.
-            async with open_broker(config) as broker:
-                tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
-                log.info("broker %s ready (instance %s; %s)", __version__, config.name, _compiled_summary())
-                reason = await _wait_for_stop(signals, broker)
-                log.info("%s, shutting down: draining clients (at most %gs)", reason, config.shutdown_timeout)
-                async with trio.open_nursery() as stopping:  # a second signal stops waiting for the actions
-                    stopping.start_soon(_cancel_on_signal, signals, stopping.cancel_scope)
+            async with trio.open_nursery() as watching:
+                # open_broker recovers in a thread while the Admin port answers; leaving it drains the clients
+                # (at most <ShutdownTimeout>), then closes the journal and the stores.
+                async with open_broker(config) as broker:
+                    tune_garbage_collector()  # what the configuration, plugins and SOW topics built is frozen
+                    log.info("broker %s ready (instance %s; %s)", __version__, config.name, _compiled_summary())
+                    reason = await _wait_for_stop(signals, broker)
+                    log.info("%s, shutting down: draining clients (at most %gs; a second signal stops waiting)",
+                             reason, config.shutdown_timeout)
+                    # Watches through the on-shutdown actions and the drain (which open_broker shields).
+                    watching.start_soon(_hurry_on_signal, signals, broker)
                     await broker.shutdown_actions()
-                    stopping.cancel_scope.cancel()
+                watching.cancel_scope.cancel()
         uninstall(pauses)
         log.info("broker stopped")
 
@@ -188,10 +190,13 @@ async def _wait_for_stop(signals: AsyncIterator[int], broker: Any) -> str:
     return why[0]
 
 
-async def _cancel_on_signal(signals: AsyncIterator[int], scope: Any) -> None:
+async def _hurry_on_signal(signals: AsyncIterator[int], broker: Any) -> None:
+    """A second stop signal while the broker shuts down: stop waiting for the on-shutdown actions and the
+    clients (an operator pressing Ctrl-C twice)."""
     async for signum in signals:
-        log.warning("received %s again: not waiting for the on-shutdown actions", signal.Signals(signum).name)
-        scope.cancel()
+        log.warning("received %s again: not waiting for the on-shutdown actions or the clients",
+                    signal.Signals(signum).name)
+        broker.hurry()
         return
 
 

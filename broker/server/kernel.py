@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,9 @@ class Broker:
         self._without_storage: set[str] = set()
         #: The listeners' nursery (cancelled first on drain) and the connections' one.
         self._listeners: trio.Nursery | None = None
+        #: What shutdown is waiting for (the on-shutdown actions, then the drain); :meth:`hurry` cancels it.
+        self._shutdown_wait: trio.CancelScope | None = None
+        self._hurried = False
 
     # -- opening -----------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -353,15 +356,18 @@ class Broker:
         if self._listeners is not None:
             self._listeners.cancel_scope.cancel()
         began = time.monotonic()
-        with trio.move_on_after(timeout):
+        with self._waiting_at_shutdown(timeout):
             while len(self.clients):
                 for session in self.clients:
                     session.drain()
                 await trio.sleep(DRAIN_POLL_SECONDS)
             log.info("drained in %.2fs: every client closed", time.monotonic() - began)
             return True
-        log.warning("%d client(s) still open at the shutdown deadline of %gs (<ShutdownTimeout>): closing them "
-                    "now", len(self.clients), timeout)
+        if self._hurried:
+            log.warning("%d client(s) still open when shutdown was hurried: closing them now", len(self.clients))
+        else:
+            log.warning("%d client(s) still open at the shutdown deadline of %gs (<ShutdownTimeout>): closing them "
+                        "now", len(self.clients), timeout)
         return False
 
     def websocket_hint(self) -> str:
@@ -391,11 +397,30 @@ class Broker:
         if not self._serving or not len(self.actions):
             return
         self._serving = False
-        with trio.move_on_after(SHUTDOWN_ACTIONS_DEADLINE) as scope:
+        with self._waiting_at_shutdown(SHUTDOWN_ACTIONS_DEADLINE) as scope:
             await self.actions.shutdown()
-        if scope.cancelled_caught:
+        if scope.cancelled_caught and not self._hurried:
             log.error("the on-shutdown actions did not finish within %.0fs; stopping without them",
                       SHUTDOWN_ACTIONS_DEADLINE)
+
+    def hurry(self) -> None:
+        """Stop waiting at shutdown (the CLI's answer to a second SIGTERM or Ctrl-C): the on-shutdown actions
+        and the drain under way, or still to come, are cut short; clients still open are closed at once."""
+        self._hurried = True
+        if self._shutdown_wait is not None:
+            self._shutdown_wait.cancel()
+
+    @contextmanager
+    def _waiting_at_shutdown(self, seconds: float) -> Iterator[trio.CancelScope]:
+        """A wait of at most ``seconds`` that :meth:`hurry` cuts short (at once if it already did)."""
+        with trio.move_on_after(seconds) as scope:
+            if self._hurried:
+                scope.cancel()
+            self._shutdown_wait = scope
+            try:
+                yield scope
+            finally:
+                self._shutdown_wait = None
 
     async def _start_admin(self, nursery: trio.Nursery) -> None:
         admin = self.config.admin

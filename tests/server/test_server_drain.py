@@ -262,3 +262,39 @@ def test_constructing_a_broker_touches_no_file(tmp_path: Path) -> None:
         trio.run(first.aclose)
     again = build_broker(config)  # aclose released the lock
     trio.run(again.aclose)
+
+
+def test_a_second_sigterm_stops_waiting_for_a_client_that_does_not_read(tmp_path: Path) -> None:
+    """An operator pressing Ctrl-C twice: the second signal cuts a long drain short and the broker exits 0."""
+    broker = BrokerProcess.from_xml(tmp_path, transaction_log=TXLOG,
+                                    extra="<ShutdownTimeout>120s</ShutdownTimeout>").start()
+    stalled = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    publisher = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+    try:
+        for sock, name in ((stalled, "stalled"), (publisher, "publisher")):
+            sock.sendall(encode_frame({"c": "logon", "cid": "l", "client_name": name}))
+        stalled.sendall(encode_frame({"c": "subscribe", "cid": "s", "sub_id": "s", "t": "orders", "a": "processed"}))
+        time.sleep(0.5)  # subscribed before the publishes
+        body = json.dumps({"id": 1, "v": "x" * 60_000}).encode()
+        publisher.sendall(b"".join(encode_frame({"c": "p", "t": "orders"}, body) for _ in range(200)))
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while "shutting down" not in broker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the drain waits for the subscriber that reads nothing
+        assert broker.proc.poll() is None, "the broker did not wait for its client"
+        hurried_at = time.monotonic()
+        broker.proc.send_signal(signal.SIGTERM)
+        code = broker.wait_exit(30)
+        took = time.monotonic() - hurried_at
+    finally:
+        log = broker.log()
+        broker.kill()
+        stalled.close()
+        publisher.close()
+    assert code == 0, log
+    assert took < 10, f"exited {took:.1f}s after the second SIGTERM:\n{log}"
+    assert "received SIGTERM again: not waiting for the on-shutdown actions or the clients" in log
+    assert "1 client(s) still open when shutdown was hurried: closing them now" in log, log
