@@ -159,6 +159,7 @@ def test_console_in_chromium_draws_history_on_load_and_lists_journal_files_in_or
     client = amps.Client("console-history-publisher")
     watcher = amps.Client("console-history-watcher")
     done = threading.Event()
+    publisher: threading.Thread | None = None
     try:
         client.connect(broker.uri)
         client.logon()
@@ -246,6 +247,8 @@ def test_console_in_chromium_draws_history_on_load_and_lists_journal_files_in_or
         assert errors == [], errors
     finally:
         done.set()
+        if publisher is not None:
+            publisher.join(10)  # before the close: a publish racing it raised in the thread
         client.close()
         watcher.close()
         broker.stop()
