@@ -103,6 +103,15 @@ class Authenticator(abc.ABC):
         """
         return "nothing to reload"
 
+    def knows(self, identity: Identity) -> bool:
+        """Whether ``identity``, which this module accepted earlier, still exists under its current files.
+
+        Asked after :meth:`reload` for each logged-on session: ``False`` disconnects it (a user removed from a
+        password file loses its live connections at the reset, not only its next logon). Runs on the event loop,
+        once per session: answer from memory. By default every identity is still known.
+        """
+        return True
+
 
 #: The Admin rights an entitlement file names (``admin = [...]``); ``"*"`` means all four.
 ADMIN_RIGHT_NAMES = ("statistics", "actions", "reset", "shutdown")

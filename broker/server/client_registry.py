@@ -51,6 +51,9 @@ class Consumer(Protocol):
     def grants_changed(self) -> bool:
         """Whether its grants under reloaded entitlement rules differ from those it logged on with."""
 
+    def identity_removed(self) -> bool:
+        """Whether its identity is gone from reloaded authentication files."""
+
     def drain(self) -> None:
         """Stop reading commands, finish those under way, send their acks, then close (shutdown)."""
 

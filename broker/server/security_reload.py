@@ -3,7 +3,8 @@
 Asked for by SIGHUP actions, the Admin server (``/amps/administrator/authorization/<kind>/reset``) and action
 modules (:meth:`broker.actions.host.BrokerHost.reload_security`). After an entitlement reload, each logged-on
 client whose grants changed is disconnected, so its subscriptions are placed again under the new rules (none
-keeps a filter it is no longer held to).
+keeps a filter it is no longer held to). After an authentication reload, each logged-on client whose identity
+the module no longer knows (a user removed from the password file) is disconnected.
 
 Layer (see ``tests/server/test_server_layering.py``): a service; it knows sessions only as :class:`Entitled`.
 """
@@ -25,6 +26,9 @@ class Entitled(Protocol):
 
     def grants_changed(self) -> bool:
         """Whether its identity's grants under the reloaded rules differ from those it logged on with."""
+
+    def identity_removed(self) -> bool:
+        """Whether its identity is gone from the reloaded authentication files."""
 
     def close(self, reason: str) -> bool:
         """Disconnect it with ``reason``; whether this call closed it."""
@@ -52,15 +56,19 @@ class SecurityReload:
         """
         lines = self._security.reload(kind)
         closed = 0
-        if kind == "entitlement":
-            for session in list(self._sessions):
-                if session.grants_changed():
-                    closed += 1
-                    if session.close("its entitlements changed"):
-                        self._counters.entitlement_change_disconnects += 1
+        for session in list(self._sessions):
+            if kind == "entitlement" and session.grants_changed():
+                closed += 1
+                if session.close("its entitlements changed"):
+                    self._counters.entitlement_change_disconnects += 1
+            elif kind == "authentication" and session.identity_removed():
+                closed += 1
+                session.close("its user was removed from the authentication files")
         summary = "; ".join(lines) or f"no {kind} module reads files"
-        if closed:
+        if closed and kind == "entitlement":
             summary += f"; {closed} client(s) whose entitlements changed were disconnected"
+        elif closed:
+            summary += f"; {closed} client(s) whose user was removed were disconnected"
         log.info("%s reloaded: %s", kind, summary)
         return summary
 

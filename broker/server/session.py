@@ -829,6 +829,11 @@ class Session:
             return False
         return bool(self._entitlements.grants(self.identity) != self.grants)
 
+    def identity_removed(self) -> bool:
+        """Whether this logged-on identity is gone from the authentication module's current files (after a
+        reload, :mod:`broker.server.security_reload`)."""
+        return self.identity is not None and not self._authenticator.knows(self.identity)
+
     def _last_persisted(self) -> int:
         """The highest publish-store sequence persisted for this publisher (for the logon ack): what this run
         applied, or what the journal holds."""

@@ -82,6 +82,11 @@ class PasswordFileAuthentication(Authenticator):
         _warn_if_readable(self.path)
         return f"password file {self.path}: {len(new.users)} users"
 
+    def knows(self, identity: Identity) -> bool:
+        """Whether the user is still in the password file (as last read)."""
+        with self._lock:
+            return identity.user in self._file.users
+
 
 def _warn_if_readable(path: str) -> None:
     try:

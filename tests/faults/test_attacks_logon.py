@@ -164,6 +164,13 @@ def test_a_deleted_user_is_refused_at_once_after_the_reset(tmp_path: Path, reset
     with BrokerProcess.from_xml(tmp_path, admin=True, extra=SECURE + ON_SIGHUP) as proc:
         assert logon(proc, "reader", USERS["reader"], "reader-before")
         assert admin_get(proc, "/amps/instance.json", "reader", USERS["reader"]) == 200  # now remembered
+        # Live connections across the reset: the deleted user's is closed, the other user's carries on.
+        lost = threading.Event()
+        live_reader, live_alice = AMPS.Client("reader-live"), AMPS.Client("alice-live")
+        live_reader.set_disconnect_handler(lambda client: lost.set())
+        for client, user in ((live_reader, "reader"), (live_alice, "alice")):
+            client.connect(uri(proc, user, USERS[user]))
+            client.logon(10000)
 
         subprocess.run([sys.executable, "-m", "broker", "passwd", str(passwd), "reader", "--delete"],
                        check=True, capture_output=True)
@@ -180,6 +187,12 @@ def test_a_deleted_user_is_refused_at_once_after_the_reset(tmp_path: Path, reset
         assert admin_get(proc, "/amps/instance.json", "reader", USERS["reader"]) == 401
         assert not logon(proc, "reader", USERS["reader"], "reader-after")
         assert admin_get(proc, "/amps/instance.json", "alice", USERS["alice"]) == 200
+        assert lost.wait(10), "the deleted user's live connection was kept"
+        assert "reader-live" in proc.log() and "its user was removed from the authentication files" in proc.log()
+        live_alice.publish("after-reset", json.dumps({"id": 1}))
+        live_alice.flush(10000)  # still logged on: the reset kept the user it still knows
+        live_alice.close()
+        live_reader.close()
 
 
 @pytest.fixture(scope="module")
