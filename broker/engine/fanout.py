@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from broker.engine.delivery import Client, Delivery, deliver_templates
 from broker.engine.pagination import Predicate
 from broker.engine.router import HeldMessage, Router, Subscription, filter_passes
+from broker.messagetypes import LARGE_MESSAGE
 from broker.protocol import DeliveryBatch, DeliveryTemplate
 
 if TYPE_CHECKING:
@@ -165,6 +166,9 @@ class FanOut:
         before: _PreviousState | None = None  # the same for the previous state, made when first needed
         deliver = self._deliver
         ok: bool | None
+        if msg is not None and len(body) >= LARGE_MESSAGE:
+            # Every filter's fields read together: a large JSON body is then scanned once, not decoded whole.
+            msg.prefetch(_filter_paths(candidates))
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
                 sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
@@ -321,6 +325,11 @@ def _plain_targets(candidates: tuple[Subscription, ...]) -> Targets | None:
         else:
             sids.append(sub.sub_id)
     return [(client, ",".join(sids)) for client, sids in by_client.items()]
+
+
+def _filter_paths(candidates: tuple[Subscription, ...]) -> list[str]:
+    """The field paths the filters of ``candidates`` read (:attr:`broker.expr.Filter.paths`)."""
+    return [path for sub in candidates if sub.filter is not None for path in getattr(sub.filter, "paths", ())]
 
 
 def _other_sids(others: dict[Client, _OtherSids], client: Client) -> _OtherSids:

@@ -7,6 +7,7 @@ for how paths map onto JSON and XML documents.
 
 from broker.messagetypes._base import (
     DEFAULT_MAX_DEPTH,
+    LARGE_MESSAGE,
     MAX_DEPTH_LIMIT,
     PARSE_ERROR_REASON,
     Message,
@@ -24,6 +25,7 @@ from broker.messagetypes._xml import XmlMessage, XmlMessageType
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
+    "LARGE_MESSAGE",
     "MAX_DEPTH_LIMIT",
     "PARSE_ERROR_REASON",
     "BinaryMessage",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NamedTuple, TypeAlias
 
 from broker.errors import CommandError
@@ -30,6 +30,11 @@ PARSE_ERROR_REASON = "parse error"
 #: Default of ``<Transport><MaxMessageDepth>`` (a broker extension): the deepest nesting of objects/arrays
 #: (json) or elements (xml) a published body may have.
 DEFAULT_MAX_DEPTH = 64
+
+#: A body at least this long is large: its readers say first which fields they will read
+#: (:meth:`Message.prefetch`), and a JSON body is then scanned for those rather than decoded whole
+#: (:mod:`broker.messagetypes._jsonmembers`).
+LARGE_MESSAGE: Final = 64 * 1024
 
 #: The highest ``<MaxMessageDepth>`` accepted, and the depth merge and diff check before they walk a
 #: document: every recursive walk stays far below Python's recursion limit (1,000 frames).
@@ -219,6 +224,16 @@ class Message(abc.ABC):
         if value is _MISSING:
             value = self._cache[path] = self._lookup(parse_path(path))
         return value
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """A hint before the lookups of a large body (:data:`LARGE_MESSAGE`): ``paths`` are what its readers (the
+        filters of the subscriptions a message is fanned out to) will read. A message type that can read some
+        fields without parsing the whole body reads these together; the default does nothing.
+
+        Args:
+            paths: AMPS paths; malformed ones are ignored.
+        """
+        return None
 
     @abc.abstractmethod
     def _lookup(self, steps: tuple[PathStep, ...]) -> Any:

@@ -8,13 +8,16 @@ is ``[1, 2]`` (filters treat an array as "any element"). ``/lines[1]`` is the se
 
 A document whose top level is not an object has no fields: :meth:`JsonMessageType.parse` rejects it
 when ``keyed=True`` (a SOW topic needs its key fields), and otherwise every lookup answers ``None``.
+
+A large body (:data:`~broker.messagetypes._base.LARGE_MESSAGE`, 64 KiB) is not decoded whole to read a few fields:
+it is scanned, and only the top-level members looked up are decoded (:mod:`broker.messagetypes._jsonmembers`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
 from typing import Any, NoReturn
 
@@ -22,6 +25,7 @@ import orjson
 
 from broker import speedups
 from broker.messagetypes._base import (
+    LARGE_MESSAGE,
     LEAF,
     MAX_DEPTH_LIMIT,
     KeepTree,
@@ -33,6 +37,7 @@ from broker.messagetypes._base import (
     keep_tree,
     parse_path,
 )
+from broker.messagetypes._jsonmembers import Invalid, Members, member_names, scan_body, top_level_type
 
 _UNPARSED: Any = object()
 #: The compiled keyed parse (:func:`broker.speedups.jsonbody.parse_object`) when built: the usual JSON object
@@ -195,7 +200,12 @@ def resolve(doc: object, steps: tuple[PathStep, ...]) -> Any:
 
 
 class JsonMessage(Message):
-    """A JSON message body; decoded on the first lookup unless built already decoded."""
+    """A JSON message body; decoded on the first lookup unless built already decoded.
+
+    A large body (:data:`~broker.messagetypes._base.LARGE_MESSAGE`) is scanned instead, and only the top-level
+    members looked up (or named by :meth:`prefetch`) are decoded: its ``_doc`` is then a
+    :class:`~broker.messagetypes._jsonmembers.Members` until something needs the whole :attr:`document`.
+    """
 
     __slots__ = ("_doc",)
 
@@ -208,7 +218,7 @@ class JsonMessage(Message):
 
     def _decoded(self) -> Any:
         doc = self._doc
-        if doc is _UNPARSED:
+        if doc is _UNPARSED or doc.__class__ is Members:
             try:
                 doc = loads(self.data)
             except orjson.JSONDecodeError:
@@ -227,9 +237,38 @@ class JsonMessage(Message):
         if value is _UNPARSED:
             doc = self._doc
             if doc is _UNPARSED:
-                doc = self._decoded()
-            value = cache[path] = resolve(doc, parse_path(path)) if doc.__class__ is dict else None
+                doc = self._first_read((path,))
+            if doc.__class__ is Members:
+                value = cache[path] = doc.get(path, resolve)
+            else:
+                value = cache[path] = resolve(doc, parse_path(path)) if doc.__class__ is dict else None
         return value
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """Read the top-level members ``paths`` start from in one scan, when the body is large and not decoded
+        yet (see :meth:`Message.prefetch`)."""
+        doc = self._doc
+        if doc is _UNPARSED:
+            if len(self.data) >= LARGE_MESSAGE:
+                self._first_read(paths)
+        elif doc.__class__ is Members:
+            doc.read(member_names(paths))
+
+    def _first_read(self, paths: Iterable[str]) -> Any:
+        """What the first lookups read: a large body's scanned members (those ``paths`` start from decoded), or
+        the decoded body; ``None`` for a large body that is not valid JSON (:attr:`error` says why)."""
+        data = self.data
+        if len(data) >= LARGE_MESSAGE and data.__class__ is bytes:
+            try:
+                members = scan_body(data, member_names(paths), _loads)
+            except Invalid as exc:
+                self.error = MessageParseError("json", exc.detail).detail
+                self._doc = None
+                return None
+            if members is not None:
+                self._doc = members
+                return members
+        return self._decoded()
 
     def _lookup(self, steps: tuple[PathStep, ...]) -> Any:
         doc = self._decoded()
@@ -310,6 +349,10 @@ class JsonMessageType(MessageType):
             MessageParseError: not JSON, or (``keyed``) not a JSON object.
             MessageTooDeepError: nested deeper than ``max_depth``.
         """
+        if len(data) >= LARGE_MESSAGE:
+            large = _parse_large(data, keyed, max_depth)
+            if large is not None:
+                return large
         if keyed and _parse_object is not None:
             message = _parse_object(data, -1 if max_depth is None else max_depth, JsonMessage)
             if message is not None:
@@ -337,6 +380,10 @@ class JsonMessageType(MessageType):
             message = _lazy_message(data, -1 if max_depth is None else max_depth, JsonMessage)
             if message is not None:
                 return message
+        if max_depth is not None and len(data) >= LARGE_MESSAGE:
+            large = _parse_large(data, False, max_depth, refuse=False)
+            if large is not None:
+                return large
         if max_depth is not None and depth_exceeds(data, max_depth):
             raise MessageTooDeepError("json", max_depth)
         return JsonMessage(data)
@@ -367,6 +414,34 @@ class JsonMessageType(MessageType):
         if after.__class__ is not dict:
             return new
         return _dumps(_diff(before, after, keep_tree(keep)))
+
+
+def _parse_large(data: bytes, keyed: bool, max_depth: int | None, *, refuse: bool = True) -> JsonMessage | None:
+    """:meth:`JsonMessageType.parse` of a large body by a scan (none of its members decoded yet), or ``None`` when
+    it is to be decoded whole (no compiled scan, not ``bytes``, a text the scan does not decide). With ``refuse``
+    false (the depth check of :meth:`JsonMessageType.lazy`), a body that is not JSON is ``None`` too: the bracket
+    count decides its depth, as for any body.
+
+    Raises:
+        MessageParseError: not JSON (``refuse``), or (``keyed``) not a JSON object.
+        MessageTooDeepError: nested deeper than ``max_depth``.
+    """
+    if data.__class__ is not bytes:
+        return None
+    try:
+        members = scan_body(data, (), _loads, max_depth)
+    except Invalid as exc:
+        if exc.too_deep and max_depth is not None:
+            raise MessageTooDeepError("json", max_depth) from None
+        if not refuse:
+            return None
+        raise MessageParseError("json", exc.detail) from None
+    if members is None:
+        return None
+    if keyed and not members.is_object:
+        raise MessageParseError(
+            "json", f"the top level is a {top_level_type(members)}, but a SOW topic needs a JSON object")
+    return JsonMessage(data, members)
 
 
 def _check_walkable(*bodies: bytes) -> None:
