@@ -22,6 +22,8 @@ would otherwise pass too quickly to catch: ``BROKER_HOLD=<name>`` and ``BROKER_H
 thread that reaches the point wait there (once) until ``<path>`` exists.
 
 * ``recovery-mid-replay``: start-up recovery has read its first 4,096 journal records and reported them.
+* ``sow-write-behind``: a SOW store's write-behind thread took its first batch of large values, none written yet
+  (``plugins/storage/write_behind.py``); held, every later write of that store stays pending behind it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ __all__ = ["HOLD_POINTS", "POINTS", "fault_point", "hold_point"]
 POINTS = ("journal-before-write", "journal-before-fsync", "journal-after-fsync", "journal-mid-rotation",
           "sow-before-write", "sow-after-write", "archive-mid-copy", "sow-mid-compaction")
 
-HOLD_POINTS = ("recovery-mid-replay",)
+HOLD_POINTS = ("recovery-mid-replay", "sow-write-behind")
 
 _ARMED = os.environ.get("BROKER_FAULT", "")
 _HOLD = os.environ.get("BROKER_HOLD", "")

@@ -82,10 +82,6 @@ Expiration = str | int | float | None
 PublishMessage = tuple[str | None, bytes, bool, int | None, str | None, str | None, Expiration]
 _PUBLISH = int(Command.PUBLISH)
 _DELTA = int(Command.DELTA_PUBLISH)
-#: :attr:`RunMessage.previous` of an update whose replaced record is not decoded, because nothing in its run
-#: reads it (no subscription or paginated window on the topic, not a delta): only "not an insert" is known.
-#: Never delivered, compared or stored.
-STORED = SowRecord("", b"", 0, 0, 0, "", "")
 _peek_expiry = RECORD_EXPIRY.unpack_from
 
 
@@ -212,10 +208,8 @@ class Publishing:
             get = sow.get
             default_expiration = sow.default_expiration
             latest: dict[str, SowRecord] = {}  # key -> its record written earlier in this run
-            # With no subscription or paginated window on the topic, the fan-out reads no replaced record: an
-            # update's stored value then stays undecoded (previous is STORED), its expiration peeked at. Nothing
-            # here awaits, so no subscription can come between this and the fan-out.
-            bare = self._fanout.idle(topic)
+            # An update's replaced record stays a stored value, its expiration peeked at, until the fan-out reads
+            # it (RunMessage.previous): one that delivers every message whole reads none.
             stored_value = sow.storage.get
         else:
             mt = client.message_type
@@ -241,16 +235,15 @@ class Publishing:
                 key = generate(msg) if generate is not None else key_for(msg, user_key)
                 kb = key.encode()
                 previous = latest.get(key)
-                expired = None
+                expired = stored = None
                 if previous is None:
-                    if bare and not delta:
-                        value = stored_value(kb)
-                        if value is not None:
-                            previous = STORED
-                            until = _peek_expiry(value, EXPIRY_OFFSET)[0]
+                    if not delta:
+                        stored = stored_value(kb)
+                        if stored is not None:
+                            until = _peek_expiry(stored, EXPIRY_OFFSET)[0]
                             if until and until <= now_ns:
-                                expired = SowRecord.decode(key, value)  # its holders get the oof first
-                                previous = None
+                                expired = SowRecord.decode(key, stored)  # its holders get the oof first
+                                stored = None
                     else:
                         previous = get(key, kb)
                         if previous is not None and previous.expire_at_ns and previous.expire_at_ns <= now_ns:
@@ -268,7 +261,7 @@ class Publishing:
             except BrokerError as exc:
                 results[i] = exc
                 continue
-            one = RunMessage(i, body, msg, key, previous, seq or 0, x, expire_at, delta, expired, kb)
+            one = RunMessage(i, body, msg, key, previous, seq or 0, x, expire_at, delta, expired, kb, stored=stored)
             run.append(one)
             latest[key] = one.record = SowRecord(key, body, now_ns + i, 0, expire_at, "", x)
             if seq and seq > high:
@@ -302,13 +295,13 @@ class Publishing:
                 records.append(record)
                 value = record_value(record) if record_value is not None else None  # the compiled encoding
                 puts.append((one.kb, record.encode() if value is None else value))
-                if one.previous is None:
+                if not one.replaces:
                     inserts += 1
                     new_keys += one.expired is None
             if logged:
                 fault_point("sow-before-write", len(run))  # the run's journal records appended (held), SOW not written
             try:
-                sow.upsert_many(records, inserts, new_keys=new_keys, puts=puts)
+                sow.upsert_many(records, inserts, new_keys=new_keys, puts=puts, logged=logged)
             except BaseException as exc:
                 if journal is not None and logged:
                     journal.retract(first)
@@ -379,7 +372,7 @@ class Publishing:
         if logged:
             fault_point("sow-before-write", len(entries))  # the run's journal records appended (held), SOW not written
         try:
-            sow.upsert_values(puts, inserts, new_keys)
+            sow.upsert_values(puts, inserts, new_keys, logged=logged)
         except BaseException as exc:
             if journal is not None and logged:
                 journal.retract(first)

@@ -3,36 +3,66 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from broker.sow.record import SowRecord
 
 if TYPE_CHECKING:
     from broker.messagetypes import Message
-    from broker.sow.record import SowRecord
 
 
-@dataclass(slots=True)
 class RunMessage:
-    """One message of a publish run on its way through :meth:`broker.engine.publish.Publishing.publish_batch`."""
+    """One message of a publish run on its way through :meth:`broker.engine.publish.Publishing.publish_batch`.
 
-    #: Its position in the batch (for the results).
-    index: int
-    body: bytes
-    msg: Message
-    key: str | None
-    #: The record it replaces (``None``: an insert, or not a SOW topic).
-    previous: SowRecord | None
-    #: The publisher's ``s`` (0: none).
-    seq: int
-    x: str
-    expire_at: int
-    delta: bool
-    #: The record it replaces had expired but was not swept: its holders get an ``expired`` oof first.
-    expired: SowRecord | None
-    #: ``key`` encoded (``b""``: not a SOW topic).
-    kb: bytes = b""
-    #: The SOW record written (``None``: not a SOW topic).
-    record: SowRecord | None = None
-    #: Its journal sequence and bookmark (0 and ``None``: not logged).
-    sequence: int = 0
-    bm: str | None = None
+    The record it replaces may be held as its stored value (``stored``), decoded only when :attr:`previous` is
+    first read: a fan-out where every subscription takes the message whole reads none, and decoding a 50 MB
+    record copies its data.
+    """
+
+    __slots__ = ("_previous", "_stored", "bm", "body", "delta", "expire_at", "expired", "index", "kb", "key", "msg",
+                 "record", "seq", "sequence", "x")
+
+    def __init__(self, index: int, body: bytes, msg: Message, key: str | None, previous: SowRecord | None, seq: int,
+                 x: str, expire_at: int, delta: bool, expired: SowRecord | None, kb: bytes = b"",
+                 record: SowRecord | None = None, *, stored: bytes | None = None) -> None:
+        #: Its position in the batch (for the results).
+        self.index = index
+        self.body = body
+        self.msg = msg
+        self.key = key
+        self._previous = previous
+        #: The stored value of the record it replaces, not decoded yet (``previous`` is then ``None``).
+        self._stored = stored
+        #: The publisher's ``s`` (0: none).
+        self.seq = seq
+        self.x = x
+        self.expire_at = expire_at
+        self.delta = delta
+        #: The record it replaces had expired but was not swept: its holders get an ``expired`` oof first.
+        self.expired = expired
+        #: ``key`` encoded (``b""``: not a SOW topic).
+        self.kb = kb
+        #: The SOW record written (``None``: not a SOW topic).
+        self.record = record
+        #: Its journal sequence and bookmark (0 and ``None``: not logged).
+        self.sequence = 0
+        self.bm: str | None = None
+
+    @property
+    def previous(self) -> SowRecord | None:
+        """The record it replaces (``None``: an insert, or not a SOW topic), decoded on first use."""
+        stored = self._stored
+        if stored is not None:
+            assert self.key is not None  # only a SOW topic's message replaces a record
+            self._previous = SowRecord.decode(self.key, stored)
+            self._stored = None
+        return self._previous
+
+    @property
+    def replaces(self) -> bool:
+        """Whether it replaces a record (without decoding it)."""
+        return self._previous is not None or self._stored is not None
+
+    def __repr__(self) -> str:
+        return (f"RunMessage(index={self.index}, key={self.key!r}, seq={self.seq}, sequence={self.sequence}, "
+                f"replaces={self.replaces}, delta={self.delta})")

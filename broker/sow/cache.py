@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from broker.config.model import DEFAULT_RECORD_CACHE_BYTES
@@ -233,8 +233,17 @@ class CachedStorage(Storage):
     def write_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
         """:meth:`write` of a batch of publishes, whose keys the caller read through :meth:`get` (so ``new_keys``,
         the distinct keys without a record, is exact): the engine is told the count, with no per-key map."""
+        self._puts_through(self.inner.write_puts, puts, new_keys)
+
+    def write_logged_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """:meth:`write_puts` through the engine's :meth:`Storage.write_logged_puts` (the journal covers them)."""
+        self._puts_through(self.inner.write_logged_puts, puts, new_keys)
+
+    def _puts_through(self, write: Callable[[Sequence[tuple[bytes, bytes]], int], None],
+                      puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """``write`` (an engine's) then remember ``puts``; on failure, forget their keys."""
         try:
-            self.inner.write_puts(puts, new_keys)
+            write(puts, new_keys)
         except BaseException:
             self._forget([k for k, _v in puts])
             raise

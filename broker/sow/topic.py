@@ -134,7 +134,7 @@ class SowTopic:
         return UpsertResult(record, previous)
 
     def upsert_many(self, records: Sequence[SowRecord], inserts: int, *, new_keys: int | None = None,
-                    puts: list[tuple[bytes, bytes]] | None = None) -> None:
+                    puts: list[tuple[bytes, bytes]] | None = None, logged: bool = False) -> None:
         """Store ``records`` in one storage write (all or none): a batch of publishes. A key may appear more
         than once (the last record wins); ``inserts`` of them are new keys, the others update.
 
@@ -145,6 +145,8 @@ class SowTopic:
                 through :meth:`get` (the publish path): the storage is told the count
                 (:meth:`Storage.write_puts`) instead of working it out per key. ``None``: not known.
             puts: Each record's ``(key, stored value)`` when the caller has encoded them already.
+            logged: The transaction log holds these publishes (with ``new_keys``: the storage may write them
+                after returning, :meth:`Storage.write_logged_puts`).
 
         Raises:
             StorageError: the write failed; nothing was stored.
@@ -153,6 +155,8 @@ class SowTopic:
             puts = [(rec.key.encode(), rec.encode()) for rec in records]
         if new_keys is None:
             self.storage.write(puts=puts)
+        elif logged:
+            self.storage.write_logged_puts(puts, new_keys)
         else:
             self.storage.write_puts(puts, new_keys)
         if self.history is not None:
@@ -166,15 +170,19 @@ class SowTopic:
             if rec.expire_at_ns:
                 heapq.heappush(heap, (rec.expire_at_ns, rec.key))
 
-    def upsert_values(self, puts: list[tuple[bytes, bytes]], inserts: int, new_keys: int) -> None:
+    def upsert_values(self, puts: list[tuple[bytes, bytes]], inserts: int, new_keys: int, *,
+                      logged: bool = False) -> None:
         """:meth:`upsert_many` of records already encoded, ``(key, stored value)`` each, none expiring, on a topic
         without history (the compiled publish run): one storage write, ``inserts`` of them new keys, ``new_keys``
-        distinct keys absent before.
+        distinct keys absent before; ``logged``: the transaction log holds them (:meth:`upsert_many`).
 
         Raises:
             StorageError: the write failed; nothing was stored.
         """
-        self.storage.write_puts(puts, new_keys)
+        if logged:
+            self.storage.write_logged_puts(puts, new_keys)
+        else:
+            self.storage.write_puts(puts, new_keys)
         self.stats.inserts += inserts
         self.stats.updates += len(puts) - inserts
 

@@ -53,6 +53,10 @@ open in the process (:func:`lower_background_priority`); where it cannot be (not
 freed, so the event loop's writes stopped for 60-80 ms at the end of each large compaction. A second hard link to
 each table and log file, dropped by a thread of its own, makes LevelDB's delete instant.
 
+**Large values are written by a thread** (:mod:`broker_plugins.storage.write_behind`), for writes the transaction
+log covers (:meth:`LevelDBStorage.write_logged_puts`): a 50 MB put held the event loop 80-135 ms. Reads, scans and
+snapshots see a pending write at once; ``close`` and ``make_durable`` wait for it.
+
 **A full disk.** When a write fails with an I/O error (ENOSPC or EDQUOT on LevelDB's log or on a table a
 background compaction writes), LevelDB keeps failing every later write with that error, even once space
 returns, until the database is opened again. So the storage stops writing (each write raises
@@ -109,6 +113,7 @@ from broker.options import Option, OptionSet, boolean, choice, integer, size
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 from broker_plugins.storage.deferred_deletes import DeferredDeletes, Held
 from broker_plugins.storage.niceness import lower_below_loop
+from broker_plugins.storage.write_behind import LARGE_VALUE, WriteBehind
 
 if TYPE_CHECKING:
     from broker.plugins import Registry
@@ -288,13 +293,59 @@ def _check_bytes(key: object, value: object) -> None:
         raise TypeError(f"storage keys and values must be bytes, got {type(key).__name__}, {type(value).__name__}")
 
 
+def _touched(puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes]) -> dict[bytes, bool]:
+    """Whether each key a write touches exists afterwards (puts come first, so a later delete wins); raises
+    ``TypeError`` for a key or value that is not ``bytes``."""
+    final: dict[bytes, bool] = {}
+    for key, value in puts:
+        if type(key) is not bytes or type(value) is not bytes:
+            _check_bytes(key, value)
+        final[key] = True
+    for key in deletes:
+        if type(key) is not bytes:
+            _check_bytes(key, b"")
+        final[key] = False
+    return final
+
+
+def _overlaid(pairs: Iterator[tuple[bytes, bytes]], overlay: Mapping[bytes, bytes | None], start: bytes | None,
+              stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """``pairs`` (ascending) with ``overlay``'s writes in ``[start, stop)`` applied: its values replace or add
+    records, its ``None`` removes them."""
+    mine = sorted((k, v) for k, v in overlay.items() if (start is None or k >= start) and (stop is None or k < stop))
+    at = 0
+    try:
+        for key, value in pairs:
+            while at < len(mine) and mine[at][0] < key:
+                if mine[at][1] is not None:
+                    yield mine[at]  # type: ignore[misc]
+                at += 1
+            if at < len(mine) and mine[at][0] == key:
+                if mine[at][1] is not None:
+                    yield mine[at]  # type: ignore[misc]
+                at += 1
+                continue
+            yield key, value
+        for key, over in mine[at:]:
+            if over is not None:
+                yield key, over
+    finally:
+        close = getattr(pairs, "close", None)
+        if close is not None:
+            close()
+
+
 class LevelDBSnapshot(Snapshot):
     """A LevelDB snapshot: reads see the database as it was when the snapshot was taken."""
 
-    def __init__(self, owner: LevelDBStorage, snapshot: Any) -> None:
+    def __init__(self, owner: LevelDBStorage, snapshot: Any,
+                 overlay: dict[bytes, bytes | None] | None = None) -> None:
         self._owner = owner
         self._snapshot: Any = snapshot
         self._cursor: Any = None  # an unbounded iterator reused by first()
+        #: The writes pending when the snapshot was taken (key -> value, ``None``: deleted): newer than the
+        #: database's for their keys (module docstring, large values).
+        self._overlay = overlay or None
 
     def _live(self) -> Any:
         if self._snapshot is None:
@@ -304,6 +355,9 @@ class LevelDBSnapshot(Snapshot):
     def get(self, key: bytes) -> bytes | None:
         """The value under ``key`` when the snapshot was taken, or ``None``."""
         snapshot = self._live()
+        overlay = self._overlay
+        if overlay is not None and key in overlay:
+            return overlay[key]
         try:
             return snapshot.get(key)
         except (plyvel.Error, RuntimeError) as exc:
@@ -311,11 +365,16 @@ class LevelDBSnapshot(Snapshot):
 
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop``, ascending, as of the snapshot."""
-        return self._owner._iterate(self._live(), start, stop)
+        pairs = self._owner._iterate(self._live(), start, stop)
+        if self._overlay is None:
+            return pairs
+        return _overlaid(pairs, self._overlay, start, stop)
 
     def first(self, start: bytes, stop: bytes) -> tuple[bytes, bytes] | None:
         """The first ``(key, value)`` with ``start <= key < stop``: one seek of a cursor kept for the
         snapshot's lifetime (a new plyvel iterator per call costs several times the seek)."""
+        if self._overlay is not None:  # writes were pending when it was taken: merged with the database's
+            return Snapshot.first(self, start, stop)
         snapshot = self._live()
         try:
             if self._cursor is None:
@@ -401,6 +460,8 @@ class LevelDBStorage(Storage):
         self._next_room_check = 0.0
         self._flusher: threading.Thread | None = None
         self.memtable_flushes = 0
+        #: The thread writing large values and the writes it has pending (made at the first large logged put).
+        self._behind: WriteBehind | None = None
         self._room_to_open()
         self._open()
 
@@ -595,6 +656,9 @@ class LevelDBStorage(Storage):
         except StorageError:
             return False
         self._join_flusher()
+        behind = self._behind
+        if behind is not None:
+            behind.wait_idle()  # nothing being written while the database is closed and opened
         old, self._db = self._db, None
         if old is not None:
             old.close()
@@ -603,6 +667,11 @@ class LevelDBStorage(Storage):
         except StorageError as exc:
             log.warning("SOW storage %s: reopening after a failed write failed (%s); retrying", self.path, exc)
             return False
+        if behind is not None and behind.pending:  # the records counted at the open lack the pending writes
+            db = self._db
+            for key, value in list(behind.pending.items()):
+                self._count += (value is not None) - (db.get(key) is not None)
+            behind.resume()
         self.reopens += 1
         log.info("SOW storage %s (topic %s): writable again after reopening (%d records); the failed write "
                  "was not applied", self.path, self.spec.topic, self._count)
@@ -637,8 +706,12 @@ class LevelDBStorage(Storage):
     def get(self, key: bytes) -> bytes | None:
         """The value under ``key``, or ``None``."""
         db = self._live()
+        behind = self._behind
         try:
-            value = db.get(key)
+            if behind is not None and key in (pending := behind.pending):
+                value = pending.get(key)
+            else:
+                value = db.get(key)
         except plyvel.Error as exc:
             raise _wrap(exc, self.path, "reading") from exc
         self._probe = (key, value is not None)
@@ -663,6 +736,9 @@ class LevelDBStorage(Storage):
             db = self._recover_or_raise()
         put_list = puts if isinstance(puts, (list, tuple)) else list(puts)
         delete_list = deletes if isinstance(deletes, (list, tuple)) else list(deletes)
+        if self._behind is not None and self._behind.pending:  # queued behind the pending writes, in order
+            self._write_behind(db, put_list, delete_list, existed)
+            return
         probe, self._probe = self._probe, None
         if len(put_list) == 1 and not delete_list:  # an upsert, the hot path: one put, no batch object
             key, value = put_list[0]
@@ -686,16 +762,7 @@ class LevelDBStorage(Storage):
             return
         if not delete_list and existed and self._put_known(db, put_list, existed):
             return
-        # Whether each touched key exists afterwards; puts come first, so a later delete wins.
-        final: dict[bytes, bool] = {}
-        for key, value in put_list:
-            if type(key) is not bytes or type(value) is not bytes:
-                _check_bytes(key, value)
-            final[key] = True
-        for key in delete_list:
-            if type(key) is not bytes:
-                _check_bytes(key, b"")
-            final[key] = False
+        final = _touched(put_list, delete_list)
         try:
             delta = 0
             for key, exists_after in final.items():
@@ -727,9 +794,79 @@ class LevelDBStorage(Storage):
         db = self._wdb
         if db is None:
             db = self._recover_or_raise()
+        if self._behind is not None and self._behind.pending:  # queued behind the pending writes, in order
+            self._write_behind(db, puts, (), {}, new_keys)
+            return
         self._probe = None
         self._batch_puts(db, puts)
         self._count += new_keys
+
+    def write_logged_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+        """:meth:`write_puts` of puts the transaction log covers: when a value is longer than
+        :data:`~broker_plugins.storage.write_behind.LARGE_VALUE`, the puts are written by a thread, after this
+        returns (module docstring; reads see them at once)."""
+        for _key, value in puts:
+            if len(value) > LARGE_VALUE:
+                break
+        else:
+            self.write_puts(puts, new_keys)
+            return
+        db = self._wdb
+        if db is None:
+            db = self._recover_or_raise()
+        if self._behind is None:
+            self._behind = WriteBehind(self.spec.topic, self._apply_behind, self._write_failed)
+        self._write_behind(db, puts, (), {}, new_keys)
+
+    def _write_behind(self, db: Any, puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
+                      existed: Mapping[bytes, bool], new_keys: int | None = None) -> None:
+        """Queue a write for the thread (module docstring): checked and counted here, visible at once.
+        ``new_keys``: how many distinct keys of ``puts`` had no record (the caller read them), else worked out
+        with ``existed`` and reads (the pending writes first)."""
+        behind = self._behind
+        assert behind is not None
+        final = _touched(puts, deletes)
+        probe, self._probe = self._probe, None
+        if new_keys is None or deletes:
+            pending = behind.pending
+            delta = 0
+            try:
+                for key, exists_after in final.items():
+                    was = existed.get(key)
+                    if was is None:
+                        if probe is not None and probe[0] == key:
+                            was = probe[1]
+                        elif key in pending:
+                            was = pending.get(key) is not None
+                        else:
+                            was = db.get(key) is not None
+                    delta += exists_after - was
+            except plyvel.Error as exc:
+                raise _wrap(exc, self.path, "reading") from exc
+        else:
+            delta = new_keys
+        behind.submit([*puts, *((key, None) for key in deletes)] if deletes else puts)
+        self._count += delta
+        self._writes += 1
+        if time.monotonic() >= self._next_room_check:
+            self._room_checked()
+
+    def _apply_behind(self, batch: dict[bytes, bytes | None]) -> None:
+        """Write a batch of pending writes (on the write-behind thread): the small ones in one write batch, then
+        each large value alone (``DB.Put`` copies it without the GIL; a write batch's ``put`` holds it)."""
+        db = self._db
+        if db is None:
+            raise StorageError(f"leveldb storage at {self.path!r} is closed.")
+        large = [(k, v) for k, v in batch.items() if v is not None and len(v) > LARGE_VALUE]
+        if len(large) < len(batch):
+            with db.write_batch(transaction=True, sync=self.sync) as wb:
+                for key, value in batch.items():
+                    if value is None:
+                        wb.delete(key)
+                    elif len(value) <= LARGE_VALUE:
+                        wb.put(key, value)
+        for key, value in large:
+            db.put(key, value, sync=self.sync)
 
     def _put_known(self, db: Any, put_list: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...],
                    existed: Mapping[bytes, bool]) -> bool:
@@ -777,14 +914,22 @@ class LevelDBStorage(Storage):
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < stop``, ascending.
 
-        LevelDB iterators read an implicit snapshot, so writes during the scan do not disturb it.
+        LevelDB iterators read an implicit snapshot, so writes during the scan do not disturb it; with writes
+        pending, a snapshot with them is read.
         """
+        if self._behind is not None and self._behind.pending:
+            snap = self.snapshot()
+            return _closing(snap.scan(start, stop), snap)
         return self._iterate(self._live(), start, stop)
 
     def snapshot(self) -> LevelDBSnapshot:
         """A LevelDB snapshot (cheap: pins a sequence number; old versions are kept until it closes)."""
         db = self._live()
+        behind = self._behind
         try:
+            if behind is not None and behind.pending:
+                with behind.lock:  # the pending writes and the database with none of them lost in between
+                    return LevelDBSnapshot(self, db.snapshot(), dict(behind.pending))
             return LevelDBSnapshot(self, db.snapshot())
         except plyvel.Error as exc:
             raise _wrap(exc, self.path, "taking a snapshot") from exc
@@ -807,7 +952,18 @@ class LevelDBStorage(Storage):
 
     def make_durable(self) -> None:
         """Make every write so far durable: an empty write batch with ``sync`` fsyncs LevelDB's log, which
-        holds every earlier write (its tables are fsynced when LevelDB writes them)."""
+        holds every earlier write (its tables are fsynced when LevelDB writes them). Pending writes (large values)
+        are written first.
+
+        Raises:
+            StorageError: A write failed (pending writes too: they are not durable).
+        """
+        behind = self._behind
+        if behind is not None:
+            behind.wait_idle()
+            if behind.pending:  # stopped by a failed write: what it holds is in no file
+                raise StorageError(f"leveldb storage at {self.path!r}: {len(behind.pending)} pending writes failed "
+                                   f"({behind.failure}); they are written once the database has been reopened")
         db = self._writable_db()
         try:
             with db.write_batch(sync=True):
@@ -821,6 +977,8 @@ class LevelDBStorage(Storage):
         """Close the database and release its lock. Idempotent."""
         if not self._closed:
             self._closed = True
+            if self._behind is not None:
+                self._behind.close()
             self._join_flusher()
             db, self._db, self._wdb = self._db, None, None
             if db is not None:
@@ -831,10 +989,19 @@ class LevelDBStorage(Storage):
     def statistics(self) -> dict[str, int]:
         """``records``, ``writes`` (write batches applied) and ``reopens`` (after failed writes)."""
         return {"records": self._count, "writes": self._writes, "reopens": self.reopens,
-                "memtable_flushes": self.memtable_flushes}
+                "memtable_flushes": self.memtable_flushes,
+                "write_behind_batches": self._behind.batches if self._behind is not None else 0}
 
     def __repr__(self) -> str:
         return f"LevelDBStorage(topic={self.spec.topic!r}, path={self.path!r})"
+
+
+def _closing(pairs: Iterator[tuple[bytes, bytes]], snap: Snapshot) -> Iterator[tuple[bytes, bytes]]:
+    """``pairs`` of ``snap``, which is closed when they end (or are closed)."""
+    try:
+        yield from pairs
+    finally:
+        snap.close()
 
 
 @hookimpl

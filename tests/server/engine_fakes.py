@@ -31,12 +31,12 @@ class Client(RecordingClient):
 
 
 class FailingWrites:
-    """Makes a storage's next writes (``write``, or ``write_puts``: a batch of publishes) raise StorageError (as
-    LevelDB on a full disk)."""
+    """Makes a storage's next writes (``write``, or ``write_puts``/``write_logged_puts``: a batch of publishes)
+    raise StorageError (as LevelDB on a full disk)."""
 
     def __init__(self, storage: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.failures = 0
-        for name in ("write", "write_puts"):
+        for name in ("write", "write_puts", "write_logged_puts"):
             monkeypatch.setattr(storage, name, self._failing(getattr(storage, name)))
 
     def _failing(self, real: Any) -> Any:
