@@ -154,6 +154,9 @@ BACKGROUND_NICE = 10
 
 log = logging.getLogger("broker.sow")
 
+#: A key without a pending write (a value there may be ``None``: a pending delete).
+_PENDING_MISS: Any = object()
+
 
 def _task_ids() -> set[int]:
     """The ids of this process's threads (Linux ``/proc/self/task``)."""
@@ -708,9 +711,9 @@ class LevelDBStorage(Storage):
         db = self._live()
         behind = self._behind
         try:
-            if behind is not None and key in (pending := behind.pending):
-                value = pending.get(key)
-            else:
+            # One lookup: the thread drops a key from ``pending`` only once LevelDB holds its value.
+            value = behind.pending.get(key, _PENDING_MISS) if behind is not None and behind.pending else _PENDING_MISS
+            if value is _PENDING_MISS:
                 value = db.get(key)
         except plyvel.Error as exc:
             raise _wrap(exc, self.path, "reading") from exc
@@ -836,8 +839,8 @@ class LevelDBStorage(Storage):
                     if was is None:
                         if probe is not None and probe[0] == key:
                             was = probe[1]
-                        elif key in pending:
-                            was = pending.get(key) is not None
+                        elif (over := pending.get(key, _PENDING_MISS)) is not _PENDING_MISS:
+                            was = over is not None
                         else:
                             was = db.get(key) is not None
                     delta += exists_after - was
