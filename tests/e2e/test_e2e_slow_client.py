@@ -19,6 +19,22 @@ def frame(header: dict, body: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
+def wait_for_frames(sock: socket.socket, count: int, timeout: float = 20.0) -> None:
+    """Wait until ``count`` whole frames arrived on ``sock``, without reading them (``MSG_PEEK``): the client
+    still never reads, but the test knows the broker got as far as sending them."""
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        data, frames = sock.recv(65536, socket.MSG_PEEK), 0
+        while len(data) >= 4 and len(data) >= 4 + struct.unpack(">I", data[:4])[0]:
+            data, frames = data[4 + struct.unpack(">I", data[:4])[0]:], frames + 1
+        if frames >= count:
+            sock.settimeout(None)
+            return
+        assert time.monotonic() < deadline, f"{frames} of {count} frames arrived within {timeout}s"
+        time.sleep(0.01)
+
+
 def metric(port: int, name: str) -> float:
     text = fresh_get(port, "/metrics")[1].decode()  # a statistics sample taken after the call
     for family in text_string_to_metric_families(text):
@@ -45,7 +61,7 @@ def test_slow_subscriber_is_offlined_and_others_carry_on(tmp_path, client_factor
         slow.connect(("127.0.0.1", broker.port))
         slow.sendall(frame({"c": "logon", "cid": "l", "client_name": "slow", "a": "processed"}))
         slow.sendall(frame({"c": "subscribe", "cid": "s", "t": "flood", "sub_id": "s", "a": "processed"}))
-        time.sleep(0.3)  # and never read again
+        wait_for_frames(slow, 2)  # the logon's and the subscription's acks: subscribed; and never read again
         fast = client_factory(broker.uri)
         got = make_collector()
         fast.subscribe(got, "flood")
@@ -88,7 +104,9 @@ def test_live_messages_held_behind_a_stalled_snapshot_count_against_the_bound(
         stalled.connect(("127.0.0.1", broker.port))
         stalled.sendall(frame({"c": "logon", "cid": "l", "client_name": "stalled", "a": "processed"}))
         stalled.sendall(frame({"c": "sow_and_subscribe", "cid": "q", "t": "flood", "sub_id": "q", "bs": 10}))
-        time.sleep(0.5)  # its snapshot fills the buffers and waits for a reader that never comes
+        # The logon's ack and the query's group_begin: the broker holds live messages for it from now on, while
+        # the snapshot fills the buffers and waits for a reader that never comes.
+        wait_for_frames(stalled, 2)
         reader = client_factory(broker.uri)
         got = make_collector()
         reader.subscribe(got, "flood")
