@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from broker.config.model import DEFAULT_RECORD_CACHE_BYTES
+from broker.sow.deferred import DeferredValue, StoredValue
 from broker.sow.storage import Snapshot, Storage
 
 #: Bytes counted per entry besides its key and value (the ordered dict's slot and links, the bytes headers).
@@ -66,8 +67,9 @@ class CachedStorage(Storage):
     def __init__(self, inner: Storage, max_bytes: int = DEFAULT_RECORD_CACHE_BYTES) -> None:
         self.inner = inner
         self.max_bytes = max_bytes
-        #: Key -> value (``None``: known to be absent), least recently used first.
-        self._lru: OrderedDict[bytes, bytes | None] = OrderedDict()
+        #: Key -> value (``None``: known to be absent; a :class:`DeferredValue` until first read), least recently
+        #: used first.
+        self._lru: OrderedDict[bytes, StoredValue | None] = OrderedDict()
         self._bytes = 0
         #: Reads answered from a held entry, and reads of keys the cache does not hold; of those, the ones answered
         #: "absent" without reading the engine (while :attr:`complete`).
@@ -119,10 +121,11 @@ class CachedStorage(Storage):
         return known
 
     @property
-    def held(self) -> OrderedDict[bytes, bytes | None]:
+    def held(self) -> OrderedDict[bytes, StoredValue | None]:
         """The cache itself, key -> stored value (``None``: known to be absent), for the compiled publish run
         (:func:`broker.speedups.publish.keyed_scan`) to read without a call per key. Read only: writes go through
-        :meth:`write`; reads made from it are counted with :meth:`count_reads`."""
+        :meth:`write`; reads made from it are counted with :meth:`count_reads`. A :class:`DeferredValue` there is
+        a large record's value not joined yet (the compiled run leaves such a run to the Python loop)."""
         return self._lru
 
     def warm(self) -> int:
@@ -174,7 +177,9 @@ class CachedStorage(Storage):
     def cached(self, key: bytes) -> bytes | None | Literal[_Miss.MISS]:
         """The cached value of ``key`` (``None``: known to be absent), or :data:`MISS` when not cached."""
         value = self._lru.get(key, _MISS)
-        return None if value is _MISS and self.complete else value
+        if type(value) is DeferredValue:
+            return value.value()
+        return None if value is _MISS and self.complete else value  # type: ignore[return-value]
 
     def clear(self) -> None:
         """Forget everything cached (a miss reads the engine from now on)."""
@@ -190,7 +195,9 @@ class CachedStorage(Storage):
         if value is not _MISS:
             self.hits += 1
             lru.move_to_end(key)
-            return value
+            if type(value) is DeferredValue:  # joined by the storage's thread as a rule; here if not yet
+                value = lru[key] = value.value()
+            return value  # type: ignore[return-value]
         self.misses += 1
         if self.complete:  # every record is held: this key has none
             self.absent_known += 1
@@ -235,12 +242,12 @@ class CachedStorage(Storage):
         the distinct keys without a record, is exact): the engine is told the count, with no per-key map."""
         self._puts_through(self.inner.write_puts, puts, new_keys)
 
-    def write_logged_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+    def write_logged_puts(self, puts: Sequence[tuple[bytes, StoredValue]], new_keys: int) -> None:
         """:meth:`write_puts` through the engine's :meth:`Storage.write_logged_puts` (the journal covers them)."""
         self._puts_through(self.inner.write_logged_puts, puts, new_keys)
 
-    def _puts_through(self, write: Callable[[Sequence[tuple[bytes, bytes]], int], None],
-                      puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+    def _puts_through(self, write: Callable[[Sequence[tuple[bytes, Any]], int], None],
+                      puts: Sequence[tuple[bytes, StoredValue]], new_keys: int) -> None:
         """``write`` (an engine's) then remember ``puts``; on failure, forget their keys."""
         try:
             write(puts, new_keys)
@@ -250,7 +257,7 @@ class CachedStorage(Storage):
         if self.max_bytes:
             self._remember(puts)
 
-    def _remember(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+    def _remember(self, pairs: Iterable[tuple[bytes, StoredValue | None]]) -> None:
         """Hold ``pairs`` just written (``None``: deleted) as the most recently used, within the bound."""
         lru = self._lru
         get = lru.get

@@ -11,6 +11,8 @@ import abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from broker.sow.deferred import StoredValue, stored_bytes
+
 
 @dataclass(frozen=True)
 class StorageSpec:
@@ -99,13 +101,14 @@ class Storage(abc.ABC):
         no per-key bookkeeping; this default ignores it."""
         self.write(puts)
 
-    def write_logged_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+    def write_logged_puts(self, puts: Sequence[tuple[bytes, StoredValue]], new_keys: int) -> None:
         """:meth:`write_puts` of puts the transaction log covers (publishes to a logged topic: start-up recovery
         catches up a record the SOW lost at a crash, :mod:`broker.server.recovery`). An engine may apply them
         after returning (a thread writing large values: ``plugins/storage/write_behind.py``) as long as every
         read, scan and snapshot sees them at once, later writes land after them, and ``make_durable`` and
-        ``close`` wait for them; this default is :meth:`write_puts`."""
-        self.write_puts(puts, new_keys)
+        ``close`` wait for them. A value may be a :class:`~broker.sow.deferred.DeferredValue` (a large record's,
+        not joined yet): reads must hand out its bytes. This default is :meth:`write_puts` of the bytes."""
+        self.write_puts([(key, stored_bytes(value)) for key, value in puts], new_keys)
 
     @abc.abstractmethod
     def scan(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.errors import CommandError
 from broker.sow.cache import CachedStorage
+from broker.sow.deferred import StoredValue, stored_bytes
 from broker.sow.history import History
 from broker.sow.keys import KeyGenerator, validate_user_key
 from broker.sow.lookups import lookup_keys
@@ -134,7 +135,7 @@ class SowTopic:
         return UpsertResult(record, previous)
 
     def upsert_many(self, records: Sequence[SowRecord], inserts: int, *, new_keys: int | None = None,
-                    puts: list[tuple[bytes, bytes]] | None = None, logged: bool = False) -> None:
+                    puts: list[tuple[bytes, StoredValue]] | None = None, logged: bool = False) -> None:
         """Store ``records`` in one storage write (all or none): a batch of publishes. A key may appear more
         than once (the last record wins); ``inserts`` of them are new keys, the others update.
 
@@ -144,7 +145,8 @@ class SowTopic:
             new_keys: How many distinct keys hold no record before the write, when the caller read every key
                 through :meth:`get` (the publish path): the storage is told the count
                 (:meth:`Storage.write_puts`) instead of working it out per key. ``None``: not known.
-            puts: Each record's ``(key, stored value)`` when the caller has encoded them already.
+            puts: Each record's ``(key, stored value)`` when the caller has encoded them already; a value may be a
+                :class:`~broker.sow.deferred.DeferredValue` only with ``logged`` and ``new_keys``.
             logged: The transaction log holds these publishes (with ``new_keys``: the storage may write them
                 after returning, :meth:`Storage.write_logged_puts`).
 
@@ -153,15 +155,15 @@ class SowTopic:
         """
         if puts is None:
             puts = [(rec.key.encode(), rec.encode()) for rec in records]
-        if new_keys is None:
-            self.storage.write(puts=puts)
-        elif logged:
+        if logged and new_keys is not None:
             self.storage.write_logged_puts(puts, new_keys)
+        elif new_keys is None:
+            self.storage.write(puts=puts)  # type: ignore[arg-type]  # bytes: see ``puts``
         else:
-            self.storage.write_puts(puts, new_keys)
+            self.storage.write_puts(puts, new_keys)  # type: ignore[arg-type]  # bytes: see ``puts``
         if self.history is not None:
             for rec, (_key, value) in zip(records, puts, strict=True):
-                self.history.record(rec.key, rec.timestamp_ns, value)
+                self.history.record(rec.key, rec.timestamp_ns, stored_bytes(value))
         stats = self.stats
         stats.inserts += inserts
         stats.updates += len(records) - inserts
@@ -170,11 +172,12 @@ class SowTopic:
             if rec.expire_at_ns:
                 heapq.heappush(heap, (rec.expire_at_ns, rec.key))
 
-    def upsert_values(self, puts: list[tuple[bytes, bytes]], inserts: int, new_keys: int, *,
+    def upsert_values(self, puts: list[tuple[bytes, StoredValue]], inserts: int, new_keys: int, *,
                       logged: bool = False) -> None:
         """:meth:`upsert_many` of records already encoded, ``(key, stored value)`` each, none expiring, on a topic
         without history (the compiled publish run): one storage write, ``inserts`` of them new keys, ``new_keys``
-        distinct keys absent before; ``logged``: the transaction log holds them (:meth:`upsert_many`).
+        distinct keys absent before; ``logged``: the transaction log holds them (:meth:`upsert_many`; only then
+        may a value be a :class:`~broker.sow.deferred.DeferredValue`).
 
         Raises:
             StorageError: the write failed; nothing was stored.
@@ -182,7 +185,7 @@ class SowTopic:
         if logged:
             self.storage.write_logged_puts(puts, new_keys)
         else:
-            self.storage.write_puts(puts, new_keys)
+            self.storage.write_puts(puts, new_keys)  # type: ignore[arg-type]  # bytes unless logged
         self.stats.inserts += inserts
         self.stats.updates += len(puts) - inserts
 

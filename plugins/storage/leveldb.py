@@ -110,6 +110,7 @@ import plyvel
 from broker import hookimpl
 from broker.errors import StorageError
 from broker.options import Option, OptionSet, boolean, choice, integer, size
+from broker.sow.deferred import DeferredValue, StoredValue, stored_bytes
 from broker.sow.storage import Snapshot, Storage, StorageSpec
 from broker_plugins.storage.deferred_deletes import DeferredDeletes, Held
 from broker_plugins.storage.niceness import lower_below_loop
@@ -296,12 +297,12 @@ def _check_bytes(key: object, value: object) -> None:
         raise TypeError(f"storage keys and values must be bytes, got {type(key).__name__}, {type(value).__name__}")
 
 
-def _touched(puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes]) -> dict[bytes, bool]:
+def _touched(puts: Sequence[tuple[bytes, StoredValue]], deletes: Sequence[bytes]) -> dict[bytes, bool]:
     """Whether each key a write touches exists afterwards (puts come first, so a later delete wins); raises
-    ``TypeError`` for a key or value that is not ``bytes``."""
+    ``TypeError`` for a key or value that is not ``bytes`` (or a :class:`DeferredValue`: a queued write)."""
     final: dict[bytes, bool] = {}
     for key, value in puts:
-        if type(key) is not bytes or type(value) is not bytes:
+        if type(key) is not bytes or (type(value) is not bytes and type(value) is not DeferredValue):
             _check_bytes(key, value)
         final[key] = True
     for key in deletes:
@@ -311,11 +312,12 @@ def _touched(puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes]) -> d
     return final
 
 
-def _overlaid(pairs: Iterator[tuple[bytes, bytes]], overlay: Mapping[bytes, bytes | None], start: bytes | None,
-              stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+def _overlaid(pairs: Iterator[tuple[bytes, bytes]], overlay: Mapping[bytes, StoredValue | None],
+              start: bytes | None, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     """``pairs`` (ascending) with ``overlay``'s writes in ``[start, stop)`` applied: its values replace or add
     records, its ``None`` removes them."""
-    mine = sorted((k, v) for k, v in overlay.items() if (start is None or k >= start) and (stop is None or k < stop))
+    mine = sorted((k, None if v is None else stored_bytes(v)) for k, v in overlay.items()
+                  if (start is None or k >= start) and (stop is None or k < stop))
     at = 0
     try:
         for key, value in pairs:
@@ -342,7 +344,7 @@ class LevelDBSnapshot(Snapshot):
     """A LevelDB snapshot: reads see the database as it was when the snapshot was taken."""
 
     def __init__(self, owner: LevelDBStorage, snapshot: Any,
-                 overlay: dict[bytes, bytes | None] | None = None) -> None:
+                 overlay: dict[bytes, StoredValue | None] | None = None) -> None:
         self._owner = owner
         self._snapshot: Any = snapshot
         self._cursor: Any = None  # an unbounded iterator reused by first()
@@ -360,7 +362,8 @@ class LevelDBSnapshot(Snapshot):
         snapshot = self._live()
         overlay = self._overlay
         if overlay is not None and key in overlay:
-            return overlay[key]
+            over = overlay[key]
+            return None if over is None else stored_bytes(over)
         try:
             return snapshot.get(key)
         except (plyvel.Error, RuntimeError) as exc:
@@ -715,6 +718,8 @@ class LevelDBStorage(Storage):
             value = behind.pending.get(key, _PENDING_MISS) if behind is not None and behind.pending else _PENDING_MISS
             if value is _PENDING_MISS:
                 value = db.get(key)
+            elif type(value) is DeferredValue:  # joined by the thread as a rule; here if not yet
+                value = value.value()
         except plyvel.Error as exc:
             raise _wrap(exc, self.path, "reading") from exc
         self._probe = (key, value is not None)
@@ -804,15 +809,17 @@ class LevelDBStorage(Storage):
         self._batch_puts(db, puts)
         self._count += new_keys
 
-    def write_logged_puts(self, puts: Sequence[tuple[bytes, bytes]], new_keys: int) -> None:
+    def write_logged_puts(self, puts: Sequence[tuple[bytes, StoredValue]], new_keys: int) -> None:
         """:meth:`write_puts` of puts the transaction log covers: when a value is longer than
         :data:`~broker_plugins.storage.write_behind.LARGE_VALUE`, the puts are written by a thread, after this
-        returns (module docstring; reads see them at once)."""
+        returns (module docstring; reads see them at once). A :class:`DeferredValue` is joined on that thread."""
+        deferred = False
         for _key, value in puts:
             if len(value) > LARGE_VALUE:
                 break
+            deferred = deferred or type(value) is not bytes
         else:
-            self.write_puts(puts, new_keys)
+            self.write_puts([(k, stored_bytes(v)) for k, v in puts] if deferred else puts, new_keys)  # type: ignore[arg-type]
             return
         db = self._wdb
         if db is None:
@@ -821,7 +828,7 @@ class LevelDBStorage(Storage):
             self._behind = WriteBehind(self.spec.topic, self._apply_behind, self._write_failed)
         self._write_behind(db, puts, (), {}, new_keys)
 
-    def _write_behind(self, db: Any, puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
+    def _write_behind(self, db: Any, puts: Sequence[tuple[bytes, StoredValue]], deletes: Sequence[bytes],
                       existed: Mapping[bytes, bool], new_keys: int | None = None) -> None:
         """Queue a write for the thread (module docstring): checked and counted here, visible at once.
         ``new_keys``: how many distinct keys of ``puts`` had no record (the caller read them), else worked out
@@ -854,16 +861,20 @@ class LevelDBStorage(Storage):
         if time.monotonic() >= self._next_room_check:
             self._room_checked()
 
-    def _apply_behind(self, batch: dict[bytes, bytes | None]) -> None:
-        """Write a batch of pending writes (on the write-behind thread): the small ones in one write batch, then
-        each large value alone (``DB.Put`` copies it without the GIL; a write batch's ``put`` holds it)."""
+    def _apply_behind(self, batch: dict[bytes, StoredValue | None]) -> None:
+        """Write a batch of pending writes (on the write-behind thread): deferred values joined first, the small
+        ones in one write batch, then each large value alone (``DB.Put`` copies it without the GIL; a write
+        batch's ``put`` holds it)."""
+        # bytes.join copies without the GIL. ``batch`` itself is left as it is: the thread matches its values
+        # against the pending ones by identity.
+        values = {k: None if v is None else stored_bytes(v) for k, v in batch.items()}
         db = self._db
         if db is None:
             raise StorageError(f"leveldb storage at {self.path!r} is closed.")
-        large = [(k, v) for k, v in batch.items() if v is not None and len(v) > LARGE_VALUE]
-        if len(large) < len(batch):
+        large = [(k, v) for k, v in values.items() if v is not None and len(v) > LARGE_VALUE]
+        if len(large) < len(values):
             with db.write_batch(transaction=True, sync=self.sync) as wb:
-                for key, value in batch.items():
+                for key, value in values.items():
                     if value is None:
                         wb.delete(key)
                     elif len(value) <= LARGE_VALUE:

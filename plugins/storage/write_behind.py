@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from broker.faults import hold_point
+from broker.sow.deferred import StoredValue
 
 __all__ = ["LARGE_VALUE", "MAX_PENDING_BYTES", "WriteBehind"]
 
@@ -53,15 +54,16 @@ class WriteBehind:
         failed: Told of a batch that failed (on the thread); the batch stays pending until :meth:`resume`.
     """
 
-    def __init__(self, name: str, apply: Callable[[dict[bytes, bytes | None]], None],
+    def __init__(self, name: str, apply: Callable[[dict[bytes, StoredValue | None]], None],
                  failed: Callable[[Exception], None]) -> None:
         self._name = name
         self._apply = apply
         self._failed = failed
-        #: Key -> the value a read sees (``None``: deleted) for every key queued or being written.
-        self.pending: dict[bytes, bytes | None] = {}
+        #: Key -> the value a read sees (``None``: deleted; a :class:`~broker.sow.deferred.DeferredValue` until
+        #: joined) for every key queued or being written.
+        self.pending: dict[bytes, StoredValue | None] = {}
         #: Writes not taken by the thread yet (coalesced: a key's last value).
-        self._queued: dict[bytes, bytes | None] = {}
+        self._queued: dict[bytes, StoredValue | None] = {}
         self._queued_bytes = 0
         self._flight_bytes = 0
         self._busy = False
@@ -73,7 +75,7 @@ class WriteBehind:
         self.lock = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def submit(self, ops: Iterable[tuple[bytes, bytes | None]]) -> None:
+    def submit(self, ops: Iterable[tuple[bytes, StoredValue | None]]) -> None:
         """Queue ``ops`` (in order; ``None``: delete), visible to reads at once. Waits while more than
         :data:`MAX_PENDING_BYTES` are pending and the thread is making progress."""
         with self.lock:

@@ -12,6 +12,8 @@ import plyvel
 import pytest
 
 from broker.errors import StorageError
+from broker.sow.deferred import DeferredValue
+from broker.sow.record import SowRecord
 from broker.sow.storage import StorageSpec
 from broker_plugins.storage.leveldb import LevelDBStorage
 from broker_plugins.storage.write_behind import LARGE_VALUE
@@ -27,11 +29,11 @@ class Gate:
     def __init__(self, storage: LevelDBStorage) -> None:
         self.opened = threading.Event()
         self.reached = threading.Event()
-        self.batches: list[tuple[str, dict[bytes, bytes | None]]] = []
+        self.batches: list[tuple[str, dict[bytes, Any]]] = []
         self._real = storage._apply_behind
         storage._apply_behind = self._apply  # type: ignore[method-assign]
 
-    def _apply(self, batch: dict[bytes, bytes | None]) -> None:
+    def _apply(self, batch: dict[bytes, Any]) -> None:
         self.reached.set()
         assert self.opened.wait(20), "the test never opened the gate"
         self.batches.append((threading.current_thread().name, dict(batch)))
@@ -140,3 +142,36 @@ def test_a_failed_write_stays_pending_and_visible_until_the_reopen(storage: Leve
     assert storage.writable()  # reopened: the pending write is handed back
     storage.make_durable()
     assert _in_file(storage, b"b") == BIG and storage.count() == 1
+
+
+def test_a_deferred_value_is_joined_by_the_thread_and_read_as_bytes(storage: LevelDBStorage, tmp_path: Path) -> None:
+    record = SowRecord("k", b"D" * (LARGE_VALUE + 5), 7, 3, 0, "abc|3|", "cid")
+    deferred = DeferredValue.of(record)
+    assert deferred is not None and len(deferred) == len(record.encode())
+    gate = Gate(storage)
+    storage.write_logged_puts([(b"k", deferred)], 1)
+    assert gate.reached.wait(20)
+    assert "not joined" in repr(deferred)  # the caller copied nothing
+    with storage.snapshot() as snap:  # a reader before the thread joins it gets the bytes
+        assert snap.get(b"k") == record.encode() and list(snap.scan()) == [(b"k", record.encode())]
+    gate.open()
+    storage.make_durable()
+    assert _in_file(storage, b"k") == record.encode()
+    assert storage.get(b"k") == record.encode()
+    storage.close()
+    again = _open(tmp_path / "db")
+    try:
+        assert SowRecord.decode("k", again.get(b"k") or b"") == record
+    finally:
+        again.close()
+
+
+def test_a_deferred_value_is_joined_by_the_thread_when_nobody_reads_it_first(storage: LevelDBStorage) -> None:
+    deferred = DeferredValue.of(SowRecord("k", b"D" * (LARGE_VALUE + 5), 7))
+    assert deferred is not None
+    gate = Gate(storage)
+    storage.write_logged_puts([(b"k", deferred)], 1)
+    gate.open()
+    storage.make_durable()
+    assert "joined" in repr(deferred) and "not joined" not in repr(deferred)
+    assert gate.batches[0][0] == "leveldb-write-behind-t"
