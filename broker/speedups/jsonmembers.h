@@ -64,13 +64,33 @@ static inline int jm_fail(jm_scan *s, ptrdiff_t at, const char *why) {
     return JM_INVALID;
 }
 
+static inline int jm_is_ws(unsigned char c) { return c == 0x20 || c == 0x0a || c == 0x0d || c == 0x09; }
+
+/* The first position at or after i that is not JSON whitespace (n: none). A long run (indentation) is skipped 16
+ * bytes at a time. */
 static inline ptrdiff_t jm_ws(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) {
-    while (i < n) {
-        unsigned char c = p[i];
-        if (c != 0x20 && c != 0x0a && c != 0x0d && c != 0x09)
-            break;
-        i++;
+    if (i >= n || !jm_is_ws(p[i]))
+        return i;
+    i++;
+    if (i >= n || !jm_is_ws(p[i]))
+        return i;
+#if defined(__SSE2__)
+    {
+        const __m128i sp = _mm_set1_epi8(0x20), nl = _mm_set1_epi8(0x0a), cr = _mm_set1_epi8(0x0d),
+                      tab = _mm_set1_epi8(0x09);
+        while (i + 16 <= n) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, nl)),
+                                      _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, tab)));
+            int other = _mm_movemask_epi8(ws) ^ 0xFFFF;
+            if (other)
+                return i + __builtin_ctz((unsigned)other);
+            i += 16;
+        }
     }
+#endif
+    while (i < n && jm_is_ws(p[i]))
+        i++;
     return i;
 }
 
@@ -160,12 +180,22 @@ static inline ptrdiff_t jm_string(jm_scan *s, ptrdiff_t i, int *escaped) {
                 jm_fail(s, i, "control character in a string");
                 return -1;
             } else if (c >= 0x80) {
-                int len = jm_utf8(p, i, n);
-                if (len == 0) {
-                    jm_fail(s, i, "invalid UTF-8");
-                    return -1;
+                /* A run of two-byte or of three-byte sequences (a script's letters) in a tight loop. */
+                if (c >= 0xC2 && c <= 0xDF) {
+                    while (i + 1 < n && p[i] >= 0xC2 && p[i] <= 0xDF && jm_cont(p[i + 1]))
+                        i += 2;
+                } else if (c >= 0xE1 && c <= 0xEF) {
+                    while (i + 2 < n && p[i] >= 0xE1 && p[i] <= 0xEF && jm_cont(p[i + 1]) && jm_cont(p[i + 2]))
+                        i += 3;
                 }
-                i += len;
+                if (i < n && p[i] >= 0x80) {
+                    int len = jm_utf8(p, i, n);
+                    if (len == 0) {
+                        jm_fail(s, i, "invalid UTF-8");
+                        return -1;
+                    }
+                    i += len;
+                }
                 continue;
             } else {
                 i++;

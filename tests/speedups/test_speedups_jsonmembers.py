@@ -22,7 +22,11 @@ pytestmark = pytest.mark.skipif(jsonmembers is None, reason="broker.speedups is 
 
 _ABSENT: Any = object()
 NAMES = st.sampled_from(["a", "b", "id", "é", "😀", "\ud800", "a\nb", "x" * 7, ""])
-SPACE = st.sampled_from(["", "", " ", "\n", "\t", "\r\n  "])
+SPACE = st.sampled_from(["", "", " ", "\n", "\t", "\r\n  ", " " * 40])
+#: Text past the scan's 16-byte steps: runs of one script, mixed widths, any character.
+LONG_TEXT = st.one_of(st.text(alphabet=st.sampled_from("aé中😀ж \"\\\n"), min_size=15, max_size=120),
+                      st.text(alphabet=st.characters(codec="utf-8"), min_size=15, max_size=60),
+                      st.sampled_from(["ж" * 40, "中" * 30, "😀" * 20, "a" * 50]))
 
 
 @st.composite
@@ -71,7 +75,7 @@ def json_text(draw: st.DrawFn, depth: int = 0) -> str:
     if kind == 1:
         return draw(number_text())
     if kind in (2, 3):
-        text = draw(st.one_of(st.text(max_size=12), NAMES))
+        text = draw(st.one_of(st.text(max_size=12), NAMES, LONG_TEXT))
         return draw(string_text(text))
     if kind == 4:
         items = draw(st.lists(json_text(depth + 1), max_size=4))
@@ -98,7 +102,7 @@ def bodies(draw: st.DrawFn) -> bytes:
     elif damage == 2 and body:
         at = draw(st.integers(0, len(body) - 1))
         body = body[:at] + bytes([draw(st.integers(0, 255))]) + body[at + 1:]
-    elif damage == 3:
+    elif damage in (3, 6):
         at = draw(st.integers(0, len(body)))
         junk = draw(st.sampled_from([b"\xff", b"\xc0\x80", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
                                      b"\xc3", b"\x00", b"\x1f", b"\x7f", b",", b"]", b"}", b'"', b"\\", b"\\u12",
