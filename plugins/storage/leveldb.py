@@ -993,6 +993,10 @@ class LevelDBStorage(Storage):
             self._closed = True
             if self._behind is not None:
                 self._behind.close()
+                if self._behind.pending:  # a failed write stopped the thread (make_durable said so)
+                    log.error("SOW storage %s (topic %s): closed with %d writes that failed (%s) not written; the "
+                              "next start catches them up from the transaction log", self.path, self.spec.topic,
+                              len(self._behind.pending), self._behind.failure)
             self._join_flusher()
             db, self._db, self._wdb = self._db, None, None
             if db is not None:
@@ -1001,7 +1005,8 @@ class LevelDBStorage(Storage):
             self._held = None
 
     def statistics(self) -> dict[str, int]:
-        """``records``, ``writes`` (write batches applied) and ``reopens`` (after failed writes)."""
+        """``records``, ``writes`` (write batches applied), ``reopens`` (after failed writes),
+        ``memtable_flushes`` and ``write_behind_batches`` (batches of large values the write-behind thread wrote)."""
         return {"records": self._count, "writes": self._writes, "reopens": self.reopens,
                 "memtable_flushes": self.memtable_flushes,
                 "write_behind_batches": self._behind.batches if self._behind is not None else 0}
