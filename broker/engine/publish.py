@@ -46,7 +46,7 @@ from broker.errors import BrokerError, CommandError
 from broker.faults import fault_point
 from broker.messagetypes import JsonMessageType
 from broker.sow.cache import CachedStorage
-from broker.sow.deferred import DEFER_MIN, DeferredValue, StoredValue
+from broker.sow.deferred import DEFER_MIN, DeferredValue, StoredValue, stored_expiry, stored_record
 from broker.sow.record import EXPIRY_OFFSET, RECORD_EXPIRY, SowRecord, record_value
 from broker.txlog.records import Command
 
@@ -211,7 +211,8 @@ class Publishing:
             latest: dict[str, SowRecord] = {}  # key -> its record written earlier in this run
             # An update's replaced record stays a stored value, its expiration peeked at, until the fan-out reads
             # it (RunMessage.previous): one that delivers every message whole reads none.
-            stored_value = sow.storage.get
+            # A large record's value is read as stored (DeferredValue: not joined here, broker/sow/deferred.py).
+            stored_value = getattr(sow.storage, "get_stored", sow.storage.get)
         else:
             mt = client.message_type
         received = 0
@@ -241,9 +242,10 @@ class Publishing:
                     if not delta:
                         stored = stored_value(kb)
                         if stored is not None:
-                            until = _peek_expiry(stored, EXPIRY_OFFSET)[0]
+                            until = (_peek_expiry(stored, EXPIRY_OFFSET)[0] if type(stored) is bytes
+                                     else stored_expiry(stored))
                             if until and until <= now_ns:
-                                expired = SowRecord.decode(key, stored)  # its holders get the oof first
+                                expired = stored_record(key, stored)  # its holders get the oof first
                                 stored = None
                     else:
                         previous = get(key, kb)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.sow.deferred import StoredValue, stored_record
 from broker.sow.record import SowRecord
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class RunMessage:
 
     def __init__(self, index: int, body: bytes, msg: Message, key: str | None, previous: SowRecord | None, seq: int,
                  x: str, expire_at: int, delta: bool, expired: SowRecord | None, kb: bytes = b"",
-                 record: SowRecord | None = None, *, stored: bytes | None = None) -> None:
+                 record: SowRecord | None = None, *, stored: StoredValue | None = None) -> None:
         #: Its position in the batch (for the results).
         self.index = index
         self.body = body
@@ -54,7 +55,7 @@ class RunMessage:
         stored = self._stored
         if stored is not None:
             assert self.key is not None  # only a SOW topic's message replaces a record
-            self._previous = SowRecord.decode(self.key, stored)
+            self._previous = stored_record(self.key, stored)
             self._stored = None
         return self._previous
 

@@ -210,6 +210,16 @@ class CachedStorage(Storage):
                 self._evict()
         return value
 
+    def get_stored(self, key: bytes) -> StoredValue | None:
+        """:meth:`get`, but a held :class:`DeferredValue` is returned as it is, not joined (the publish path reads
+        only its header, and its record when the fan-out needs it: :mod:`broker.sow.deferred`)."""
+        value = self._lru.get(key, _MISS)
+        if type(value) is DeferredValue:
+            self.hits += 1
+            self._lru.move_to_end(key)
+            return value
+        return self.get(key)
+
     def write(self, puts: Iterable[tuple[bytes, bytes]] = (), deletes: Iterable[bytes] = ()) -> None:
         """Write through to the engine, then update the cache (on failure, forget the keys touched).
 

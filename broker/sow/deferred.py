@@ -18,7 +18,7 @@ from typing import TypeAlias
 
 from broker.sow.record import RECORD_HEAD, SowRecord
 
-__all__ = ["DEFER_MIN", "DeferredValue", "StoredValue", "stored_bytes"]
+__all__ = ["DEFER_MIN", "DeferredValue", "StoredValue", "stored_bytes", "stored_expiry", "stored_record"]
 
 #: Records whose data is longer than this (bytes) get a deferred stored value.
 DEFER_MIN = 1024 * 1024
@@ -52,6 +52,21 @@ class DeferredValue:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def expire_at_ns(self) -> int:
+        """The record's ``expire_at_ns``, read from the header (nothing joined)."""
+        parts = self._parts
+        head = parts[0] if parts is not None else self._value
+        expire_at_ns: int = RECORD_HEAD.unpack_from(head)[2]  # type: ignore[arg-type]
+        return expire_at_ns
+
+    def record(self, key: str) -> SowRecord:
+        """The record under ``key``: before the join, its data is the data given (nothing copied)."""
+        parts = self._parts
+        if parts is not None:
+            return SowRecord.decode(key, parts[0], parts[1])
+        return SowRecord.decode(key, self.value())
+
     def value(self) -> bytes:
         """The stored value (joined on the first call, by this thread)."""
         value = self._value
@@ -75,3 +90,17 @@ StoredValue: TypeAlias = "bytes | DeferredValue"
 def stored_bytes(value: bytes | DeferredValue) -> bytes:
     """``value``'s bytes."""
     return value if type(value) is bytes else value.value()  # type: ignore[union-attr]
+
+
+def stored_expiry(value: bytes | DeferredValue) -> int:
+    """The ``expire_at_ns`` of a stored value (0: never), without decoding or joining it."""
+    if type(value) is DeferredValue:
+        return value.expire_at_ns
+    return SowRecord.peek_expiry(value)  # type: ignore[arg-type]
+
+
+def stored_record(key: str, value: bytes | DeferredValue) -> SowRecord:
+    """The record a stored value holds (a deferred one's data not copied when it is not joined yet)."""
+    if type(value) is DeferredValue:
+        return value.record(key)
+    return SowRecord.decode(key, value)  # type: ignore[arg-type]

@@ -140,3 +140,33 @@ def test_the_replaced_record_is_decoded_only_when_the_fan_out_reads_it(broker: B
     key = key_of(b, topic, 1).decode()
     assert decoded == [key, key]  # the per-message fan-out of each of the two
     assert [(c, json.loads(body)["x"][0]) for c, body, _r in oof.sent] == [("p", "b"), ("oof", "c")]
+
+
+def test_the_next_publish_reads_a_pending_large_record_without_joining_it(broker: Broker) -> None:
+    b = broker
+    storage = _engine_storage(b, "logged")
+    opened, reached = threading.Event(), threading.Event()
+    real = storage._apply_behind
+
+    def gated(batch: dict[bytes, Any]) -> None:
+        reached.set()
+        assert opened.wait(20)
+        real(batch)
+
+    storage._apply_behind = gated
+    client, oof = Client(b), Client(b)
+    key = key_of(b, "logged", 1)
+    b.engine.subscribe(oof, {"sub_id": "o", "topic": "logged", "filter": "/x LIKE '^a'", "options": "oof"})
+    assert b.engine.publish_batch(client, [msg("logged", big(1, "a"))]) == [1]
+    assert reached.wait(20)  # the thread holds the first value, not joined: its join comes with its write
+    first = b.engine.sow_topics["logged"].storage.held[key]
+    try:
+        # The replaced record is read from its parts: expiry, existence, and for the oof its record and message.
+        assert b.engine.publish_batch(client, [msg("logged", big(1, "b"))]) == [2]
+        assert "not joined" in repr(first)
+        assert [c for c, _body, _r in oof.sent] == ["p", "oof"]
+        assert b.engine.sow_topics["logged"].stats.updates == 1
+    finally:
+        opened.set()
+    storage.make_durable()
+    assert json.loads(SowRecord.decode("", storage._db.get(key)).data)["x"][0] == "b"
