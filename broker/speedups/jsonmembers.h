@@ -122,88 +122,94 @@ static inline int jm_utf8(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) {
     return 0;
 }
 
+/* The position after the special byte at p[j] of a string (not its closing quote): an escape (checked), or a
+ * character past ASCII with the run of letters of the same width after it (checked); -1 (error set) for a
+ * control character, a bad escape, invalid UTF-8 or the end of the text. */
+static inline ptrdiff_t jm_special(jm_scan *s, ptrdiff_t j, int *escaped) {
+    const unsigned char *p = s->p;
+    ptrdiff_t n = s->n;
+    unsigned char c = p[j];
+    if (c == '\\') {
+        *escaped = 1;
+        if (j + 1 >= n)
+            return jm_fail(s, j, "unterminated string"), -1;
+        c = p[j + 1];
+        if (c == 'u') {
+            if (j + 5 >= n || jm_hex(p[j + 2]) < 0 || jm_hex(p[j + 3]) < 0 || jm_hex(p[j + 4]) < 0
+                || jm_hex(p[j + 5]) < 0)
+                return jm_fail(s, j, "invalid \\u escape"), -1;
+            return j + 6;
+        }
+        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
+            return j + 2;
+        return jm_fail(s, j, "invalid escape"), -1;
+    }
+    if (c < 0x20)
+        return jm_fail(s, j, "control character in a string"), -1;
+    /* Past ASCII: a run of two-byte or of three-byte sequences (a script's letters) in a tight loop. */
+    if (c >= 0xC2 && c <= 0xDF) {
+        while (j + 1 < n && p[j] >= 0xC2 && p[j] <= 0xDF && jm_cont(p[j + 1]))
+            j += 2;
+    } else if (c >= 0xE1 && c <= 0xEF) {
+        while (j + 2 < n && p[j] >= 0xE1 && p[j] <= 0xEF && jm_cont(p[j + 1]) && jm_cont(p[j + 2]))
+            j += 3;
+    }
+    if (j < n && p[j] >= 0x80) {
+        int len = jm_utf8(p, j, n);
+        if (len == 0)
+            return jm_fail(s, j, "invalid UTF-8"), -1;
+        j += len;
+    }
+    return j;
+}
+
 /* The position of the quote closing the string whose text starts at i; -1 (error set) when it is invalid.
- * *escaped: it holds a backslash. */
+ * *escaped: it holds a backslash. 16 bytes at a time: the quotes, backslashes, control characters and bytes
+ * past ASCII of a block are found at once (SSE2) and handled in turn. */
 static inline ptrdiff_t jm_string(jm_scan *s, ptrdiff_t i, int *escaped) {
     const unsigned char *p = s->p;
     ptrdiff_t n = s->n;
-#if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-#endif
     *escaped = 0;
-    for (;;) {
 #if defined(__SSE2__)
+    {
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
         while (i + 16 <= n) {
             __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
             /* signed: a byte past ASCII is negative, so "< 0x20" also finds it */
             __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
                                      _mm_cmplt_epi8(v, space));
-            int mask = _mm_movemask_epi8(m);
-            if (mask) {
-                i += __builtin_ctz((unsigned)mask);
-                break;
-            }
-            i += 16;
-        }
-#endif
-        /* One special byte, then a scalar run while bytes past ASCII follow (text in another script). */
-        for (;;) {
-            if (i >= n) {
-                jm_fail(s, i, "unterminated string");
-                return -1;
-            }
-            unsigned char c = p[i];
-            if (c == '"')
-                return i;
-            if (c == '\\') {
-                *escaped = 1;
-                if (i + 1 >= n) {
-                    jm_fail(s, i, "unterminated string");
+            unsigned mask = (unsigned)_mm_movemask_epi8(m);
+            ptrdiff_t base = i, next = i + 16;
+            while (mask) {
+                ptrdiff_t j = base + __builtin_ctz(mask);
+                if (p[j] == '"')
+                    return j;
+                next = jm_special(s, j, escaped);
+                if (next < 0)
                     return -1;
-                }
-                c = p[i + 1];
-                if (c == 'u') {
-                    if (i + 5 >= n || jm_hex(p[i + 2]) < 0 || jm_hex(p[i + 3]) < 0 || jm_hex(p[i + 4]) < 0
-                        || jm_hex(p[i + 5]) < 0) {
-                        jm_fail(s, i, "invalid \\u escape");
-                        return -1;
-                    }
-                    i += 6;
-                } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r'
-                           || c == 't') {
-                    i += 2;
-                } else {
-                    jm_fail(s, i, "invalid escape");
-                    return -1;
-                }
-            } else if (c < 0x20) {
-                jm_fail(s, i, "control character in a string");
-                return -1;
-            } else if (c >= 0x80) {
-                /* A run of two-byte or of three-byte sequences (a script's letters) in a tight loop. */
-                if (c >= 0xC2 && c <= 0xDF) {
-                    while (i + 1 < n && p[i] >= 0xC2 && p[i] <= 0xDF && jm_cont(p[i + 1]))
-                        i += 2;
-                } else if (c >= 0xE1 && c <= 0xEF) {
-                    while (i + 2 < n && p[i] >= 0xE1 && p[i] <= 0xEF && jm_cont(p[i + 1]) && jm_cont(p[i + 2]))
-                        i += 3;
-                }
-                if (i < n && p[i] >= 0x80) {
-                    int len = jm_utf8(p, i, n);
-                    if (len == 0) {
-                        jm_fail(s, i, "invalid UTF-8");
-                        return -1;
-                    }
-                    i += len;
-                }
-                continue;
-            } else {
-                i++;
+                if (next - base >= 16)
+                    break;
+                mask &= 0xFFFFu << (next - base); /* what that special covered is done */
+                next = base + 16;
             }
-            if (i < n && p[i] < 0x80)
-                break; /* back to the 16-byte skip */
+            i = next;
         }
     }
+#endif
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c == '"')
+            return i;
+        if (c == '\\' || c < 0x20 || c >= 0x80) {
+            i = jm_special(s, i, escaped);
+            if (i < 0)
+                return -1;
+        } else {
+            i++;
+        }
+    }
+    jm_fail(s, i, "unterminated string");
+    return -1;
 }
 
 /* The end of the number at i; -1 (error set) when there is none or it is refused. */
