@@ -93,3 +93,14 @@ def test_a_small_body_is_decoded_as_before() -> None:
     assert message.get("/id") == 1 and message._doc == {"id": 1}
     message.prefetch(["/id"])
     assert message._doc == {"id": 1}
+
+
+def test_the_compiled_keyed_parse_leaves_a_large_body_to_the_scan() -> None:
+    """``jsonobject.pxd``'s ``json_object`` (the compiled keyed parse, and the keyed run of a SOW topic nobody reads
+    from, ``publish.pyx``'s ``keyed_scan``) decodes a body whole: it answers ``None`` from ``LARGE_MESSAGE`` on, and
+    the Python code scans the body instead."""
+    jsonbody = speedups.load("jsonbody")
+    assert jsonbody is not None
+    large = b'{"a":"' + b"x" * (LARGE_MESSAGE - 8) + b'"}'
+    assert len(large) == LARGE_MESSAGE and jsonbody.parse_object(large, -1, JsonMessage) is None
+    assert isinstance(jsonbody.parse_object(large[:-3] + b'"}', -1, JsonMessage), JsonMessage)
