@@ -66,11 +66,8 @@ static inline int jm_fail(jm_scan *s, ptrdiff_t at, const char *why) {
 
 static inline int jm_is_ws(unsigned char c) { return c == 0x20 || c == 0x0a || c == 0x0d || c == 0x09; }
 
-/* The first position at or after i that is not JSON whitespace (n: none). A long run (indentation) is skipped 16
- * bytes at a time. */
-static inline ptrdiff_t jm_ws(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) {
-    if (i >= n || !jm_is_ws(p[i]))
-        return i;
+/* jm_ws past its first byte, which is whitespace: out of line, so the usual case (no space) stays small. */
+static ptrdiff_t jm_ws_run(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) {
     i++;
     if (i >= n || !jm_is_ws(p[i]))
         return i;
@@ -92,6 +89,14 @@ static inline ptrdiff_t jm_ws(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) 
     while (i < n && jm_is_ws(p[i]))
         i++;
     return i;
+}
+
+/* The first position at or after i that is not JSON whitespace (n: none). A long run (indentation) is skipped 16
+ * bytes at a time. */
+static inline ptrdiff_t jm_ws(const unsigned char *p, ptrdiff_t i, ptrdiff_t n) {
+    if (__builtin_expect(i >= n || !jm_is_ws(p[i]), 1))
+        return i;
+    return jm_ws_run(p, i, n);
 }
 
 static inline int jm_hex(unsigned char c) {
