@@ -25,6 +25,8 @@ SOW = """<Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>
 TXLOG = """<JournalDirectory>./journal</JournalDirectory><JournalArchiveDirectory>./archive</JournalArchiveDirectory>
   <FlushInterval>10ms</FlushInterval><Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
   <Topic><Name>events</Name><MessageType>json</MessageType></Topic>"""
+#: The JVM option of the tests' session (tests/spark/conftest.py): the first JIT tier only.
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 def _sow(client) -> dict[str, str]:  # noqa: ANN001 - AMPS.Client
@@ -208,7 +210,11 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_local_results(spark, rec
     port, ui, worker_ui = free_port(), free_port(), free_port()
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(tmp_path / "work"),
-           "SPARK_LOG_DIR": str(tmp_path / "logs")}
+           "SPARK_LOG_DIR": str(tmp_path / "logs"),
+           # The master's and the worker's JVMs run the first JIT tier only, as the driver's and the executor's
+           # below and the tests' session do: the jobs are small, the optimizing tier's compiles cost more CPU
+           # than they give back on the test machine's two cores.
+           "SPARK_DAEMON_JAVA_OPTS": C1_ONLY}
     logs = tmp_path / "cluster.log"
     procs: list[subprocess.Popen[bytes]] = []
     with open(logs, "ab") as log:
@@ -234,7 +240,8 @@ def test_spark_submit_on_a_standalone_cluster_gives_the_local_results(spark, rec
             chained = [w for name, args in jobs.items() for w in ("+", *args, "--out", str(tmp_path / f"cluster-{name}"))]
             cmd = [str(home / "bin" / "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
                    "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
-                   "--conf", "spark.sql.shuffle.partitions=2", "--py-files", str(package),
+                   "--conf", "spark.sql.shuffle.partitions=2", "--driver-java-options", C1_ONLY,
+                   "--conf", f"spark.executor.extraJavaOptions={C1_ONLY}", "--py-files", str(package),
                    submit.__file__, *chained[1:]]
             done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
             output = done.stdout.decode(errors="replace")

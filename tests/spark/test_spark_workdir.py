@@ -186,7 +186,9 @@ def test_register_makes_a_plain_session_read(work: Path, tmp_path: Path) -> None
     empty = tmp_path / "empty"
     (empty / "data" / "journal").mkdir(parents=True)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_SUBMIT_ARGS": "--master local[1] --conf spark.ui.enabled=false pyspark-shell"}
+           # The JVM runs the first JIT tier only (as the tests' session's does): no Spark setting of the session.
+           "PYSPARK_SUBMIT_ARGS": "--master local[1] --conf spark.ui.enabled=false "
+                                  "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell"}
     done = subprocess.run([sys.executable, "-c", REGISTER_SCRIPT, str(work), str(empty)], cwd=work, env=env,
                           capture_output=True, timeout=240)
     out = done.stdout.decode()
