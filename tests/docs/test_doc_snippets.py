@@ -195,9 +195,11 @@ def check_parses(block: Block) -> None:
 
 
 def environment() -> dict[str, str]:
-    """The venv's ``bin`` first on ``PATH`` (``broker``, ``python``), unbuffered output."""
+    """The venv's ``bin`` first on ``PATH`` (``broker``, ``python``), unbuffered output; a SparkSession's JVM
+    runs the first JIT tier only (a JVM option, as the Spark tests' session's: no Spark setting changes)."""
     venv_bin = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
+            "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell"}
 
 
 def command(block: Block, home: Path, amps_js: Path | None) -> list[str]:
