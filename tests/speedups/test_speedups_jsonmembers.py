@@ -13,13 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import speedups
-from broker.messagetypes import MessageParseError
+from broker.messagetypes import LARGE_MESSAGE, MessageParseError, get_message_type
 from broker.messagetypes._json import _loads
 from broker.messagetypes._jsonmembers import TABLE, Invalid, Members, scan_body, top_level_type
 
 jsonmembers = speedups.load("jsonmembers")
 pytestmark = pytest.mark.skipif(jsonmembers is None, reason="broker.speedups is not built")
 
+JSON = get_message_type("json")
 _ABSENT: Any = object()
 NAMES = st.sampled_from(["a", "b", "id", "é", "😀", "\ud800", "a\nb", "x" * 7, ""])
 SPACE = st.sampled_from(["", "", " ", "\n", "\t", "\r\n  ", " " * 40])
@@ -206,3 +207,22 @@ def test_nesting_past_the_bound_is_too_deep_and_past_256_left_to_the_full_decode
     assert info.value.too_deep
     assert scan_body(deep, ("a",), _loads, max_depth=11) is not None
     assert scan_body(b"[" * 300 + b"]" * 300, (), _loads) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=bodies(), path=st.sampled_from(["/a", "/a/b", "/a[0]", "/a[1]/b", "/@a", "/id", "/é", "/zz"]))
+def test_a_large_message_answers_lookups_and_parses_as_a_small_one(body: bytes, path: str) -> None:
+    """Through the message API: a body made large by a long member in front reads every path, and is refused or
+    taken by ``parse``, as the full decode (``_parse_python``) does."""
+    large = b'{"pad":"' + b"p" * LARGE_MESSAGE + b'","a":' + body + b"}"
+    try:
+        expected = JSON._parse_python(large, keyed=True)
+    except MessageParseError as exc:
+        with pytest.raises(type(exc)):
+            JSON.parse(large, keyed=True)
+        assert JSON.lazy(large).get(path) is None
+        return
+    assert same(JSON.parse(large, keyed=True).get(path), expected.get(path))
+    lazy = JSON.lazy(large)
+    lazy.prefetch([path, "/id"])
+    assert same(lazy.get(path), expected.get(path))
