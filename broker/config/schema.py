@@ -368,7 +368,8 @@ ROOT = group(
          "client name either way (docs/security.md).", "false"),
     leaf("ShutdownTimeout", "interval", "Broker extension: on SIGTERM (or a shutdown action) the broker stops "
          "accepting, lets each client finish the commands it sent and get their persisted acks, then closes "
-         "it; what is still open this long after the on-shutdown actions is closed at once.", "10s"),
+         "it; what is still open this long after the on-shutdown actions is closed at once. "
+         "A second SIGTERM or Ctrl-C stops waiting.", "10s"),
     leaf("MaxFilterLength", "count", "Broker extension: the longest content filter a client may "
          "send, in characters, 1 to 262144; a longer one is refused with a bad filter failure naming the "
          "limit. Filters of 2 KiB and more compile in a worker thread.", "32768"),
