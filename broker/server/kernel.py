@@ -74,6 +74,8 @@ log = logging.getLogger("broker")
 WIRE_VERSION = "5.3.4.0"
 #: Seconds the on-shutdown actions may take before the broker stops without them.
 SHUTDOWN_ACTIONS_DEADLINE = 30.0
+#: Seconds the drain waits for the Admin server's graceful stop (its own grace period is 2 s).
+ADMIN_STOP_SECONDS = 3.0
 #: How often a drain looks whether every session has closed.
 DRAIN_POLL_SECONDS = 0.01
 
@@ -141,6 +143,9 @@ class Broker:
         #: What shutdown is waiting for (the on-shutdown actions, then the drain); :meth:`hurry` cancels it.
         self._shutdown_wait: trio.CancelScope | None = None
         self._hurried = False
+        #: The Admin server's graceful stop (set by :meth:`drain`) and its end.
+        self._admin_stop = trio.Event()
+        self._admin_stopped = trio.Event()
 
     # -- opening -----------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -356,19 +361,32 @@ class Broker:
         if self._listeners is not None:
             self._listeners.cancel_scope.cancel()
         began = time.monotonic()
+        drained = False
         with self._waiting_at_shutdown(timeout):
             while len(self.clients):
                 for session in self.clients:
                     session.drain()
                 await trio.sleep(DRAIN_POLL_SECONDS)
             log.info("drained in %.2fs: every client closed", time.monotonic() - began)
-            return True
-        if self._hurried:
+            drained = True
+        if drained:
+            pass
+        elif self._hurried:
             log.warning("%d client(s) still open when shutdown was hurried: closing them now", len(self.clients))
         else:
             log.warning("%d client(s) still open at the shutdown deadline of %gs (<ShutdownTimeout>): closing them "
                         "now", len(self.clients), timeout)
-        return False
+        await self._stop_admin()
+        return drained
+
+    async def _stop_admin(self) -> None:
+        """Stop the Admin server gracefully, last: the requests under way (the one that asked for this shutdown
+        among them) get their whole reply, within the Admin server's own grace period."""
+        if self.admin_port is None:
+            return
+        self._admin_stop.set()
+        with self._waiting_at_shutdown(ADMIN_STOP_SECONDS):
+            await self._admin_stopped.wait()
 
     def websocket_hint(self) -> str:
         """Where a client speaking WebSocket should connect: the websocket transports' ports, or that there
@@ -428,13 +446,20 @@ class Broker:
         from broker.admin.console import ConsoleView
         from broker.admin.server import serve_admin  # hypercorn is loaded only when <Admin> is configured
 
-        self.admin_port = await nursery.start(
-            partial(serve_admin, admin_actions=self.admin_actions, interval=admin.interval,
-                    console=ConsoleView(self.websocket_endpoints),
-                    security=self.security, authenticator=self.security.admin, realm=admin.realm,
-                    anonymous_paths=admin.anonymous_paths, certfile=admin.certificate, keyfile=admin.private_key,
-                    ciphers=admin.ciphers, actions_catalog=self.actions.describe),
-            admin.host, admin.port, self.stats.sample)
+        serve = partial(serve_admin, admin.host, admin.port, self.stats.sample, admin_actions=self.admin_actions,
+                        interval=admin.interval, console=ConsoleView(self.websocket_endpoints),
+                        security=self.security, authenticator=self.security.admin, realm=admin.realm,
+                        anonymous_paths=admin.anonymous_paths, certfile=admin.certificate,
+                        keyfile=admin.private_key, ciphers=admin.ciphers, actions_catalog=self.actions.describe,
+                        shutdown_trigger=self._admin_stop.wait)
+
+        async def run(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await serve(task_status=task_status)
+            finally:
+                self._admin_stopped.set()
+
+        self.admin_port = await nursery.start(run)
         log.info("Admin HTTP server on %s://%s:%s", "https" if admin.certificate else "http", admin.host,
                  self.admin_port)
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from broker.config.model import TransactionLogConfig
 from broker.errors import JournalError
 from broker.protocol import CLOSED, NEED_DATA, Connection, encode_frame
 from broker.server.kernel import Broker, build_broker, open_broker
-from broker.testing.process import BrokerProcess, config_xml
+from broker.testing.process import BrokerProcess, config_xml, free_port
 from broker.testing.wsclient import WsClient, WsClosed
 from broker.txlog import Command, JournalWriter, ReplayStart
 
@@ -298,3 +299,33 @@ def test_a_second_sigterm_stops_waiting_for_a_client_that_does_not_read(tmp_path
     assert took < 10, f"exited {took:.1f}s after the second SIGTERM:\n{log}"
     assert "received SIGTERM again: not waiting for the on-shutdown actions or the clients" in log
     assert "1 client(s) still open when shutdown was hurried: closing them now" in log, log
+
+
+STOP_ACTION = """<Actions><Action>
+  <On><Module>amps-action-on-admin</Module><Options><Path>stop</Path></Options></On>
+  <Do><Module>amps-action-do-shutdown</Module></Do></Action></Actions>"""
+
+
+async def test_the_admin_stop_request_gets_its_whole_reply(tmp_path: Path) -> None:
+    """The Admin request that shuts the broker down is answered in full before the Admin server stops (the
+    drain of a broker without clients is instant)."""
+    import urllib.request
+
+    directory = tmp_path / "stop"
+    directory.mkdir()
+    path = directory / "config.xml"
+    path.write_text(config_xml(port=0, admin_port=free_port(), name="stop", extra=STOP_ACTION))
+    replies: list[tuple[int, bytes]] = []
+
+    def stop(port: int) -> None:
+        url = f"http://127.0.0.1:{port}/amps/administrator/actions/stop"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            replies.append((reply.status, reply.read()))
+
+    # The nursery is outside the broker: it waits for the request's thread after the broker closed.
+    async with trio.open_nursery() as nursery, open_broker(load_config(path)) as broker:
+        assert broker.admin_port is not None
+        nursery.start_soon(partial(trio.to_thread.run_sync, stop, broker.admin_port))
+        await broker.stop_requested.wait()  # then leave at once, as `broker serve` does
+    assert len(replies) == 1 and replies[0][0] == 200, replies
+    assert b"success" in replies[0][1], replies
