@@ -43,7 +43,9 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     # The content key generator's generate: the engine calls it directly since 8a9b30d (SowTopic.key_for, which
     # wraps it, before; key_for's own few lines are left out so older trees are not counted twice).
     "key (SOW key from the message)": (("plugins/keygen/default.py", "generate"),),
-    "storage read (previous record)": (("broker/sow/topic.py", "get"),),
+    # The replaced record's stored value (CachedStorage.get_stored; decoded only if the fan-out reads it, since
+    # ff4e3bf), or the whole record for a delta (SowTopic.get, which older trees called for every update).
+    "storage read (previous record)": (("broker/sow/topic.py", "get"), ("broker/sow/cache.py", "get_stored")),
     "journal (append + release)": (("broker/txlog/writer.py", "append"), ("broker/txlog/writer.py", "append_many"),
                                    ("broker/txlog/writer.py", "release")),
     "storage write (SOW upsert)": (("broker/sow/topic.py", "upsert"), ("broker/sow/topic.py", "upsert_many")),
