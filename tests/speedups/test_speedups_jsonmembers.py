@@ -140,7 +140,7 @@ def same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=False) == json.dumps(b, sort_keys=False) and type(a) is type(b)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(body=bodies(), names=st.lists(NAMES, max_size=4, unique=True))
 def test_a_scan_decides_and_reads_as_the_full_decode(body: bytes, names: list[str]) -> None:
     accepted, document = reference(body)
@@ -209,7 +209,7 @@ def test_nesting_past_the_bound_is_too_deep_and_past_256_left_to_the_full_decode
     assert scan_body(b"[" * 300 + b"]" * 300, (), _loads) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(body=bodies(), path=st.sampled_from(["/a", "/a/b", "/a[0]", "/a[1]/b", "/@a", "/id", "/é", "/zz"]))
 def test_a_large_message_answers_lookups_and_parses_as_a_small_one(body: bytes, path: str) -> None:
     """Through the message API: a body made large by a long member in front reads every path, and is refused or
