@@ -76,8 +76,12 @@ class Durability:
         self._waiters: deque[tuple[int, AckTarget, Mapping[str, Any], str | None]] = deque()
         #: Set when records are appended that the syncer has not covered; made by :meth:`run_syncer`.
         self._dirty: trio.Event | None = None
-        #: Set (and replaced) after every sync.
+        #: Set (and replaced) after every sync, once its waiting acks went out.
         self._synced: trio.Event | None = None
+        #: The durable sequence whose waiting acks the syncer has sent. :meth:`wait_durable` waits for this, not
+        #: for the journal's own durable sequence, which the sync's worker thread moves before the syncer task
+        #: sends the acks: a draining session that saw that one closed before its last acks were queued.
+        self._released = 0
         #: The highest sequence a caller of :meth:`wait_durable` waited for (until it is durable, the syncer
         #: syncs at once, not at FlushInterval).
         self._sync_wanted = 0
@@ -154,7 +158,7 @@ class Durability:
             return
         target = journal.last_sequence
         self._sync_wanted = max(self._sync_wanted, target)
-        while journal.durable_sequence < target:
+        while self._released < target:
             assert self._dirty is not None and self._synced is not None, "the syncer is not running"
             synced = self._synced
             self._dirty.set()
@@ -176,6 +180,7 @@ class Durability:
         task_status.started()
         if journal is None:
             return
+        self._released = journal.durable_sequence
         assert self.txlog is not None
         interval = self.txlog.flush_interval
         retry = self.DISK_FULL_RETRY[0]
@@ -193,6 +198,8 @@ class Durability:
                     with trio.move_on_after(due):
                         await self._dirty.wait()
             if journal.durable_sequence >= journal.last_sequence:
+                if journal.durable_sequence > self._released:  # made durable by a sync other than ours
+                    self._release(journal.durable_sequence)
                 self._dirty = trio.Event()
                 with trio.move_on_after(interval):
                     await self._dirty.wait()
@@ -224,9 +231,16 @@ class Durability:
                          "(durable sequence %d) and publishes to logged topics are accepted again",
                          journal.journal_directory, time.time() - self.full_since, durable)
                 self.full_since = None
-            self._synced.set()
-            self._synced = trio.Event()
-            waiters = self._waiters
-            while waiters and waiters[0][0] <= durable:
-                _, target, header, reason = waiters.popleft()
-                target.ack(header, PERSISTED_ONLY, "persisted", reason=reason, s=header.get("seq"))
+            self._release(durable)
+
+    def _release(self, durable: int) -> None:
+        """Send the persisted acks waiting for records up to ``durable``, then wake :meth:`wait_durable`."""
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= durable:
+            _, target, header, reason = waiters.popleft()
+            target.ack(header, PERSISTED_ONLY, "persisted", reason=reason, s=header.get("seq"))
+        if durable > self._released:
+            self._released = durable
+        assert self._synced is not None
+        self._synced.set()
+        self._synced = trio.Event()

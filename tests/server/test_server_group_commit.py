@@ -101,3 +101,40 @@ async def test_records_nobody_waits_for_wait_for_the_flush_interval_and_share_on
         await _until(lambda: acked)
         assert acked == [(7, "persisted", None)] and sync.calls == 3
         nursery.cancel_scope.cancel()
+
+
+async def test_wait_durable_returns_after_the_acks_that_sync_released(broker: Broker) -> None:
+    """A draining session waits for its persisted acks with wait_durable, then closes: it must not return
+    while the sync's thread has made the records durable but the syncer has not sent their acks yet (the
+    drain test lost the last batch's acks that way, under load)."""
+    acked: list[Any] = []
+
+    class Session:
+        def ack(self, header: Any, acks: Any, ack_type: str, **extras: Any) -> None:
+            acked.append(header["seq"])
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        journal = broker.durability.journal
+        sync = SlowSync(journal)
+        journal.sync = sync
+        sync.hold.clear()
+        journal.append("publish", "orders", b'{"id":1}')
+        broker.durability.after_durable(journal.last_sequence, Session(), {"seq": 1})
+        # The sync wrote: the journal's durable sequence covers the record, the syncer's thread has not returned.
+        await trio.to_thread.run_sync(sync.holding.wait, 10)
+        assert journal.durable_sequence == journal.last_sequence and acked == []
+        seen_at_return: list[list[Any]] = []
+
+        async def drainer() -> None:
+            await broker.durability.wait_durable()
+            seen_at_return.append(list(acked))
+
+        nursery.start_soon(drainer)
+        for _ in range(50):
+            await trio.sleep(0)
+        assert seen_at_return == [], "wait_durable returned before the acks of the records it waited for"
+        sync.hold.set()
+        await _until(lambda: seen_at_return)
+        assert seen_at_return == [[1]]
+        nursery.cancel_scope.cancel()
