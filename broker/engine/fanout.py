@@ -166,9 +166,10 @@ class FanOut:
         before: _PreviousState | None = None  # the same for the previous state, made when first needed
         deliver = self._deliver
         ok: bool | None
-        if msg is not None and len(body) >= LARGE_MESSAGE:
-            # Every filter's fields read together: a large JSON body is then scanned once, not decoded whole.
-            msg.prefetch(_filter_paths(candidates))
+        if msg is not None and len(body) >= LARGE_MESSAGE and (paths := _filter_paths(candidates)):
+            # Every filter's fields read together: a large JSON body is then scanned once, not decoded whole
+            # (and not at all when no filter reads it).
+            msg.prefetch(paths)
         for sub in candidates:
             if sub.capture_all and sub.replay_buffer is not None:  # a historical paginated replay: everything
                 sub.replay_buffer.append(HeldMessage(topic, body, bm, key, x))
